@@ -1,0 +1,35 @@
+// A read-only file mapped into memory (or read into an anonymous buffer when mapping is not wanted).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <span>
+
+namespace hybridlm {
+
+class MappedFile {
+ public:
+  // use_mmap=false reads the whole file into anonymous memory (benchmarks: the memory-reclaim daemon
+  // of our VMs pages out mapped files mid-run).
+  static std::shared_ptr<MappedFile> open(const std::filesystem::path& path, bool use_mmap = true);
+  ~MappedFile();
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+
+  std::span<const uint8_t> bytes() const { return {data_, size_}; }
+  const uint8_t* data() const { return data_; }
+  size_t size() const { return size_; }
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  MappedFile() = default;
+  std::filesystem::path path_;
+  const uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+  bool mapped_ = false;
+  std::unique_ptr<uint8_t[]> owned_;
+};
+
+}  // namespace hybridlm
