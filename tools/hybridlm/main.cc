@@ -1,1 +1,286 @@
-int main() { return 0; }
+// hybridlm: one binary, one subcommand per job. Exit codes: 0 success, 1 a user error (one line on
+// stderr naming the file, tensor, key or value at fault), 2 a usage error.
+#include <CLI/CLI.hpp>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "base/error.h"
+#include "io/npy.h"
+#include "io/tokenizer.h"
+#include "runtime/engine.h"
+
+namespace hybridlm {
+namespace {
+
+std::vector<int32_t> parse_ids(const std::string& s, const char* flag) {
+  std::vector<int32_t> ids;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    size_t pos = 0;
+    long long v = 0;
+    try {
+      v = std::stoll(item, &pos);
+    } catch (const std::exception&) {
+      pos = 0;
+    }
+    while (pos < item.size() && std::isspace(static_cast<unsigned char>(item[pos]))) ++pos;
+    if (item.empty() || pos != item.size() || v < 0 || v > INT32_MAX)
+      throw Error(std::string(flag) + ": '" + item + "' is not a token id (expected comma-separated integers >= 0)");
+    ids.push_back(static_cast<int32_t>(v));
+  }
+  check(!ids.empty(), std::string(flag) + ": no token ids given");
+  return ids;
+}
+
+std::string format_bytes(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (b >= 1024 && u < 4) {
+    b /= 1024;
+    ++u;
+  }
+  char buf[64];
+  std::snprintf(buf, sizeof buf, u ? "%.2f %s" : "%.0f %s", b, units[u]);
+  return buf;
+}
+
+// Options every model-loading subcommand shares.
+struct ModelFlags {
+  std::string dir;
+  std::string dtype = "f32";
+  std::string mamba2_norm = "grouped";
+  int threads = 0;
+  bool no_mmap = false;
+
+  void add(CLI::App* app, bool with_threads = true) {
+    app->add_option("-m,--model", dir, "model directory (config.json, *.safetensors, tokenizer.json)")->required();
+    app->add_option("--dtype", dtype, "weights in memory: f32 or bf16")->capture_default_str();
+    app->add_option("--mamba2-norm", mamba2_norm,
+                    "Mamba-2 gated norm: grouped (mamba_ssm, llama.cpp) or full (transformers torch path)")
+        ->capture_default_str();
+    if (with_threads) app->add_option("-t,--threads", threads, "threads (0 = all cores)");
+    app->add_flag("--no-mmap", no_mmap, "read weights into memory instead of mapping the files");
+  }
+  EngineOptions options() const {
+    EngineOptions o;
+    o.load.dtype = parse_weight_dtype(dtype);
+    check(mamba2_norm == "grouped" || mamba2_norm == "full", "--mamba2-norm " + mamba2_norm + ": use grouped or full");
+    o.load.mamba2_norm = mamba2_norm == "full" ? NormGrouping::Full : NormGrouping::Grouped;
+    o.load.use_mmap = !no_mmap;
+    check(threads >= 0, "--threads must be >= 0");
+    o.threads = threads;
+    o.max_sequences = 1;
+    return o;
+  }
+};
+
+Tokenizer load_tokenizer(const std::string& dir) {
+  const std::filesystem::path p = std::filesystem::path(dir) / "tokenizer.json";
+  check(std::filesystem::exists(p), p.string() + ": not found (this command needs the model's tokenizer)");
+  return Tokenizer::load(dir);
+}
+
+void check_vocab(const Engine& e, std::span<const int32_t> ids) {
+  for (int32_t id : ids)
+    check(id < e.vocab_size(), "token id " + std::to_string(id) + " is outside the vocabulary (size " +
+                                   std::to_string(e.vocab_size()) + ")");
+}
+
+// ---- generate -----------------------------------------------------------------------------------
+int cmd_generate(const ModelFlags& mf, const std::string& prompt, const GenerateOptions& gopt_in) {
+  Engine engine(mf.dir, mf.options());
+  Tokenizer tok = load_tokenizer(mf.dir);
+  GenerateOptions gopt = gopt_in;
+  gopt.eos_id = tok.eos_id() ? tok.eos_id() : engine.model().config().eos_token_id;
+  std::vector<int32_t> ids = tok.encode(prompt);
+  check(!ids.empty(), "the prompt is empty after tokenization");
+  check_vocab(engine, ids);
+  std::cout << prompt << std::flush;
+  GenerateResult r = generate(engine, tok, ids, gopt, [](const std::string& s) { std::cout << s << std::flush; });
+  std::cout << std::endl;
+  const double gen_tps = r.tokens.size() > 1 ? (r.tokens.size() - 1) / r.generate_seconds : 0.0;
+  std::fprintf(stderr, "prompt eval: %d tokens in %.3f s (%.1f tokens/s)\n", r.prompt_tokens, r.prompt_seconds,
+               r.prompt_tokens / std::max(r.prompt_seconds, 1e-9));
+  std::fprintf(stderr, "generation: %zu tokens in %.3f s (%.1f tokens/s), stop: %s\n", r.tokens.size(),
+               r.generate_seconds, gen_tps, r.stop_reason.c_str());
+  return 0;
+}
+
+// ---- score --------------------------------------------------------------------------------------
+int cmd_score(const ModelFlags& mf, const std::string& prompt, const std::string& ids_str, const std::string& out) {
+  check(prompt.empty() != ids_str.empty(), "give exactly one of -p/--prompt or --ids");
+  Engine engine(mf.dir, mf.options());
+  std::vector<int32_t> ids = ids_str.empty() ? load_tokenizer(mf.dir).encode(prompt) : parse_ids(ids_str, "--ids");
+  check(!ids.empty(), "the prompt is empty after tokenization");
+  check_vocab(engine, ids);
+  const int slot = engine.new_sequence();
+  std::vector<float> logits = engine.prefill(slot, ids, true);
+  write_npy_f32(out, logits.data(), {static_cast<int64_t>(ids.size()), engine.vocab_size()});
+  std::fprintf(stderr, "wrote logits (%zu, %d) to %s\n", ids.size(), engine.vocab_size(), out.c_str());
+  return 0;
+}
+
+// ---- perplexity ---------------------------------------------------------------------------------
+int cmd_perplexity(const ModelFlags& mf, const std::string& file, int ctx) {
+  check(ctx >= 2, "--ctx must be >= 2");
+  std::ifstream in(file, std::ios::binary);
+  check(static_cast<bool>(in), file + ": cannot open");
+  std::stringstream text;
+  text << in.rdbuf();
+  Engine engine(mf.dir, mf.options());
+  Tokenizer tok = load_tokenizer(mf.dir);
+  std::vector<int32_t> ids = tok.encode(text.str(), false);
+  check(ids.size() >= 2, file + ": needs at least 2 tokens, has " + std::to_string(ids.size()));
+  check_vocab(engine, ids);
+  double nll = 0;
+  size_t count = 0;
+  auto t0 = std::chrono::steady_clock::now();
+  const int V = engine.vocab_size();
+  // Non-overlapping windows of ctx tokens, each from a fresh state; score tokens 1..n-1 of each.
+  for (size_t b = 0; b + 1 < ids.size(); b += static_cast<size_t>(ctx)) {
+    const size_t n = std::min<size_t>(ctx, ids.size() - b);
+    if (n < 2) break;
+    const int slot = engine.new_sequence();
+    std::vector<float> logits = engine.prefill(slot, std::span(ids).subspan(b, n), true);
+    engine.free_sequence(slot);
+    for (size_t i = 0; i + 1 < n; ++i) {
+      const float* l = logits.data() + i * V;
+      const float mx = *std::max_element(l, l + V);
+      double s = 0;
+      for (int v = 0; v < V; ++v) s += std::exp(static_cast<double>(l[v]) - mx);
+      nll += std::log(s) + mx - l[ids[b + i + 1]];
+      ++count;
+    }
+    std::fprintf(stderr, "\r[%zu/%zu tokens] running perplexity %.4f", b + n, ids.size(), std::exp(nll / count));
+  }
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::fprintf(stderr, "\n%zu tokens scored in %.2f s (%.1f tokens/s)\n", count, secs, count / secs);
+  std::printf("perplexity: %.4f over %zu tokens (ctx %d)\n", std::exp(nll / count), count, ctx);
+  return 0;
+}
+
+// ---- tokenize -----------------------------------------------------------------------------------
+int cmd_tokenize(const std::string& dir, const std::string& prompt, const std::string& decode_ids, bool no_special) {
+  check(prompt.empty() != decode_ids.empty(), "give exactly one of -p/--prompt or --decode");
+  Tokenizer tok = load_tokenizer(dir);
+  if (!decode_ids.empty()) {
+    std::vector<int32_t> ids = parse_ids(decode_ids, "--decode");
+    std::cout << tok.decode(ids) << std::endl;
+    return 0;
+  }
+  std::vector<int32_t> ids = tok.encode(prompt, !no_special);
+  std::cout << "[";
+  for (size_t i = 0; i < ids.size(); ++i) std::cout << (i ? ", " : "") << ids[i];
+  std::cout << "]" << std::endl;
+  return 0;
+}
+
+// ---- inspect ------------------------------------------------------------------------------------
+int cmd_inspect(const ModelFlags& mf) {
+  EngineOptions o = mf.options();
+  o.threads = 1;
+  Engine engine(mf.dir, o);
+  const Model& m = engine.model();
+  const HybridConfig& c = m.config();
+  size_t conv = 0, ssm = 0;
+  for (const LayerStateSpec& s : m.state_specs()) {
+    conv += s.conv_elems() * sizeof(float);
+    ssm += s.ssm_elems * sizeof(float);
+  }
+  std::printf("model:          %s\n", mf.dir.c_str());
+  std::printf("family:         %s (%s)\n", c.family.c_str(), c.architecture.empty() ? "-" : c.architecture.c_str());
+  std::printf("layers:         %d\n", c.n_layers());
+  std::printf("layer pattern:  %s\n", c.layer_pattern().c_str());
+  std::printf("hidden size:    %d\n", c.d_model);
+  std::printf("vocab size:     %d\n", c.vocab_size);
+  std::printf("tied embedding: %s\n", c.tie_embeddings ? "yes" : "no");
+  std::printf("parameters:     %zu (%.1f M)\n", m.param_count(), m.param_count() / 1e6);
+  std::printf("weight bytes:   %zu (%s, %s in memory)\n", m.weight_bytes(), format_bytes(m.weight_bytes()).c_str(),
+              mf.dtype.c_str());
+  std::printf("state / seq:    %zu bytes (%s): conv %s + ssm %s, f32\n", conv + ssm,
+              format_bytes(conv + ssm).c_str(), format_bytes(conv).c_str(), format_bytes(ssm).c_str());
+  std::printf("kv / token:     0 bytes (no attention layers)\n");
+  std::printf("cpu path:       %s\n", cpu::active_path());
+  return 0;
+}
+
+}  // namespace
+}  // namespace hybridlm
+
+int main(int argc, char** argv) {
+  using namespace hybridlm;
+  CLI::App app{"hybridlm: run hybrid state-space / attention language models on CPU"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "hybridlm 0.1.0");
+
+  ModelFlags gen_m, score_m, ppl_m, insp_m;
+  std::string gen_prompt, score_prompt, score_ids, score_out, ppl_file, tok_dir, tok_prompt, tok_decode;
+  std::vector<std::string> stops;
+  GenerateOptions gopt;
+  int ppl_ctx = 512;
+  bool no_eos = false, tok_no_special = false;
+
+  CLI::App* gen = app.add_subcommand("generate", "generate text from a prompt, streamed to stdout");
+  gen_m.add(gen);
+  gen->add_option("-p,--prompt", gen_prompt, "prompt text")->required();
+  gen->add_option("-n,--n-predict", gopt.max_new_tokens, "tokens to generate")->capture_default_str();
+  gen->add_option("--temperature", gopt.sampling.temperature, "sampling temperature (0 = greedy)")->capture_default_str();
+  gen->add_option("--top-k", gopt.sampling.top_k, "top-k (0 = off)")->capture_default_str();
+  gen->add_option("--top-p", gopt.sampling.top_p, "top-p (1 = off)")->capture_default_str();
+  gen->add_option("--min-p", gopt.sampling.min_p, "min-p (0 = off)")->capture_default_str();
+  gen->add_option("--repeat-penalty", gopt.sampling.repetition_penalty, "repetition penalty (1 = off)")->capture_default_str();
+  gen->add_option("--seed", gopt.sampling.seed, "random seed")->capture_default_str();
+  gen->add_option("--stop", stops, "stop string (repeatable)");
+  gen->add_flag("--ignore-eos", no_eos, "do not stop at the end-of-sequence token");
+
+  CLI::App* score = app.add_subcommand("score", "write the logits of every position as a .npy file");
+  score_m.add(score);
+  score->add_option("-p,--prompt", score_prompt, "text to score");
+  score->add_option("--ids", score_ids, "token ids to score, comma-separated");
+  score->add_option("--logits-out", score_out, "output .npy file: float32 (tokens, vocab)")->required();
+
+  CLI::App* ppl = app.add_subcommand("perplexity", "perplexity of a text file");
+  ppl_m.add(ppl);
+  ppl->add_option("-f,--file", ppl_file, "text file")->required();
+  ppl->add_option("--ctx", ppl_ctx, "window length in tokens (non-overlapping, fresh state each)")->capture_default_str();
+
+  CLI::App* tk = app.add_subcommand("tokenize", "text to token ids (JSON array), or ids to text with --decode");
+  tk->add_option("-m,--model", tok_dir, "model directory (or any directory with tokenizer.json)")->required();
+  tk->add_option("-p,--prompt", tok_prompt, "text to encode");
+  tk->add_option("--decode", tok_decode, "comma-separated ids to decode");
+  tk->add_flag("--no-special", tok_no_special, "do not add BOS/EOS from the post-processor");
+
+  CLI::App* insp = app.add_subcommand("inspect", "print family, layer pattern, sizes and per-sequence state");
+  insp_m.add(insp, false);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;
+  }
+  try {
+    if (*gen) {
+      gopt.stop_strings = stops;
+      gopt.stop_at_eos = !no_eos;
+      return cmd_generate(gen_m, gen_prompt, gopt);
+    }
+    if (*score) return cmd_score(score_m, score_prompt, score_ids, score_out);
+    if (*ppl) return cmd_perplexity(ppl_m, ppl_file, ppl_ctx);
+    if (*tk) return cmd_tokenize(tok_dir, tok_prompt, tok_decode, tok_no_special);
+    if (*insp) return cmd_inspect(insp_m);
+  } catch (const Error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "error: out of memory\n");
+    return 1;
+  }
+  return 2;
+}

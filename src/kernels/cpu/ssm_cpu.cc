@@ -1,0 +1,283 @@
+// CPU kernels for norms, the causal conv and the two scans. Each loop body is written once
+// (always_inline) and instantiated twice: inside an AVX-512 target function (the compiler
+// vectorises it with 16 lanes) and inside a portable one. Threads split channels or heads, which
+// never interact inside one kernel, so results do not depend on the thread count.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "base/thread_pool.h"
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/kernels.h"
+
+namespace hybridlm::cpu {
+
+namespace {
+
+#define HYBRIDLM_INLINE inline __attribute__((always_inline))
+#define HYBRIDLM_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,fma")))
+
+HYBRIDLM_INLINE float silu_f(float v) { return v / (1.0f + std::exp(-v)); }
+
+void parallel(const KernelContext& ctx, size_t n, size_t grain,
+              const std::function<void(size_t, size_t)>& fn) {
+  if (ctx.pool) ctx.pool->parallel_for(n, fn, grain);
+  else fn(0, n);
+}
+
+// ---- RMSNorm ------------------------------------------------------------------------------------
+HYBRIDLM_INLINE void rmsnorm_rows(const float* x, const float* w, int d, float eps, float* y,
+                                  size_t tb, size_t te) {
+  for (size_t t = tb; t < te; ++t) {
+    const float* xr = x + t * d;
+    float* yr = y + t * d;
+    float ss = 0;
+    for (int i = 0; i < d; ++i) ss += xr[i] * xr[i];
+    const float inv = 1.0f / std::sqrt(ss / d + eps);
+    if (w) for (int i = 0; i < d; ++i) yr[i] = xr[i] * inv * w[i];
+    else for (int i = 0; i < d; ++i) yr[i] = xr[i] * inv;
+  }
+}
+HYBRIDLM_AVX512 void rmsnorm_avx512(const float* x, const float* w, int d, float eps, float* y,
+                                    size_t tb, size_t te) {
+  rmsnorm_rows(x, w, d, eps, y, tb, te);
+}
+void rmsnorm_portable(const float* x, const float* w, int d, float eps, float* y, size_t tb,
+                      size_t te) {
+  rmsnorm_rows(x, w, d, eps, y, tb, te);
+}
+
+// ---- gated RMSNorm (gate, then norm per group) -------------------------------------------------
+HYBRIDLM_INLINE void gated_rows(const float* y, const float* z, int ld_z, const float* w, int d,
+                                int gs, float eps, float* out, size_t tb, size_t te) {
+  for (size_t t = tb; t < te; ++t) {
+    float* o = out + t * d;
+    const float* yr = y + t * d;
+    const float* zr = z + t * ld_z;
+    for (int i = 0; i < d; ++i) o[i] = yr[i] * silu_f(zr[i]);
+    for (int g0 = 0; g0 < d; g0 += gs) {
+      float ss = 0;
+      for (int i = g0; i < g0 + gs; ++i) ss += o[i] * o[i];
+      const float inv = 1.0f / std::sqrt(ss / gs + eps);
+      for (int i = g0; i < g0 + gs; ++i) o[i] = o[i] * inv * w[i];
+    }
+  }
+}
+HYBRIDLM_AVX512 void gated_avx512(const float* y, const float* z, int ld_z, const float* w, int d,
+                                  int gs, float eps, float* out, size_t tb, size_t te) {
+  gated_rows(y, z, ld_z, w, d, gs, eps, out, tb, te);
+}
+void gated_portable(const float* y, const float* z, int ld_z, const float* w, int d, int gs,
+                    float eps, float* out, size_t tb, size_t te) {
+  gated_rows(y, z, ld_z, w, d, gs, eps, out, tb, te);
+}
+
+// ---- causal depthwise conv ---------------------------------------------------------------------
+// For channels [cb, ce): out[t, c] = sum_k w[c, k] * in(t - (K-1) + k, c), where in(j < 0) comes
+// from the state. Channels are independent, so threads split them.
+HYBRIDLM_INLINE void conv_channels(const float* x, int ld_x, const float* w, const float* bias,
+                                   float* state, int T, int C, int K, bool act, float* out,
+                                   size_t cb, size_t ce) {
+  for (int t = 0; t < T; ++t) {
+    float* o = out + static_cast<size_t>(t) * C;
+    for (size_t c = cb; c < ce; ++c) o[c] = bias ? bias[c] : 0.0f;
+    for (int k = 0; k < K; ++k) {
+      const int j = t - (K - 1) + k;
+      const float* src = j < 0 ? state + static_cast<size_t>(K - 1 + j) * C
+                               : x + static_cast<size_t>(j) * ld_x;
+      for (size_t c = cb; c < ce; ++c) o[c] += w[c * K + k] * src[c];
+    }
+    if (act) for (size_t c = cb; c < ce; ++c) o[c] = silu_f(o[c]);
+  }
+  // New state: the last K-1 inputs of (state ++ x).
+  for (int k = 0; k < K - 1; ++k) {
+    const int j = T - (K - 1) + k;  // index into x, or into the old state when negative
+    float* dst = state + static_cast<size_t>(k) * C;
+    if (j >= 0) {
+      for (size_t c = cb; c < ce; ++c) dst[c] = x[static_cast<size_t>(j) * ld_x + c];
+    } else {
+      const float* src = state + static_cast<size_t>(K - 1 + j) * C;  // K-1+j > k: reads ahead
+      for (size_t c = cb; c < ce; ++c) dst[c] = src[c];
+    }
+  }
+}
+HYBRIDLM_AVX512 void conv_avx512(const float* x, int ld_x, const float* w, const float* bias,
+                                 float* state, int T, int C, int K, bool act, float* out, size_t cb,
+                                 size_t ce) {
+  conv_channels(x, ld_x, w, bias, state, T, C, K, act, out, cb, ce);
+}
+void conv_portable(const float* x, int ld_x, const float* w, const float* bias, float* state,
+                   int T, int C, int K, bool act, float* out, size_t cb, size_t ce) {
+  conv_channels(x, ld_x, w, bias, state, T, C, K, act, out, cb, ce);
+}
+
+// ---- Mamba-1 selective scan over channels [ib, ie) ---------------------------------------------
+HYBRIDLM_INLINE void m1_channels(const float* x, int ld_x, const float* dt, const float* A,
+                                 const float* B, const float* C, int ld_bc, const float* D,
+                                 const float* z, int ld_z, float* h, int T, int I, int N, float* y,
+                                 size_t ib, size_t ie) {
+  for (size_t i = ib; i < ie; ++i) {
+    float* hi = h + i * N;
+    const float* Ai = A + i * N;
+    for (int t = 0; t < T; ++t) {
+      const float d = dt[static_cast<size_t>(t) * I + i];
+      const float dx = d * x[static_cast<size_t>(t) * ld_x + i];
+      const float* Bt = B + static_cast<size_t>(t) * ld_bc;
+      const float* Ct = C + static_cast<size_t>(t) * ld_bc;
+      float acc = 0;
+      for (int n = 0; n < N; ++n) {
+        hi[n] = std::exp(d * Ai[n]) * hi[n] + dx * Bt[n];
+        acc += hi[n] * Ct[n];
+      }
+      const float xt = x[static_cast<size_t>(t) * ld_x + i];
+      y[static_cast<size_t>(t) * I + i] = (acc + D[i] * xt) * silu_f(z[static_cast<size_t>(t) * ld_z + i]);
+    }
+  }
+}
+HYBRIDLM_AVX512 void m1_avx512(const float* x, int ld_x, const float* dt, const float* A,
+                               const float* B, const float* C, int ld_bc, const float* D,
+                               const float* z, int ld_z, float* h, int T, int I, int N, float* y,
+                               size_t ib, size_t ie) {
+  m1_channels(x, ld_x, dt, A, B, C, ld_bc, D, z, ld_z, h, T, I, N, y, ib, ie);
+}
+void m1_portable(const float* x, int ld_x, const float* dt, const float* A, const float* B,
+                 const float* C, int ld_bc, const float* D, const float* z, int ld_z, float* h,
+                 int T, int I, int N, float* y, size_t ib, size_t ie) {
+  m1_channels(x, ld_x, dt, A, B, C, ld_bc, D, z, ld_z, h, T, I, N, y, ib, ie);
+}
+
+// ---- Mamba-2 SSD over heads [hb, he) -----------------------------------------------------------
+// Per chunk of Q steps with cumulative log-decay s_i (see ref/ops_ref.cc for the formulas):
+//   y_i = sum_{j<=i} exp(s_i - s_j) (C_i.B_j) dt_j x_j + exp(s_i) S_in C_i + D x_i
+//   S_out = exp(s_last) S_in + sum_j exp(s_last - s_j) dt_j x_j B_j^T
+// A run of one token (decode) is the plain recurrence, which is the same formula with Q = 1.
+HYBRIDLM_INLINE void ssd_heads(const float* x, int ld_x, const float* dt, const float* A,
+                               const float* B, const float* C, int ld_bc, const float* D,
+                               const SsdDims& dm, int chunk, float* S, int T, float* y,
+                               size_t hb, size_t he) {
+  const int nh = dm.n_heads, P = dm.head_dim, N = dm.d_state, hpg = nh / dm.n_groups;
+  std::vector<float> s(chunk), L(static_cast<size_t>(chunk) * chunk), wj(chunk);
+  for (size_t h = hb; h < he; ++h) {
+    const size_t g = h / hpg;
+    float* Sh = S + h * P * N;
+    for (int c0 = 0; c0 < T; c0 += chunk) {
+      const int Q = std::min(chunk, T - c0);
+      float acc_s = 0;
+      for (int i = 0; i < Q; ++i) {
+        acc_s += dt[static_cast<size_t>(c0 + i) * nh + h] * A[h];
+        s[i] = acc_s;
+      }
+      // L[i, j] = exp(s_i - s_j) * (C_i . B_j) * dt_j for j <= i.
+      for (int i = 0; i < Q; ++i) {
+        const float* Ci = C + static_cast<size_t>(c0 + i) * ld_bc + g * N;
+        for (int j = 0; j <= i; ++j) {
+          const float* Bj = B + static_cast<size_t>(c0 + j) * ld_bc + g * N;
+          float cb = 0;
+          for (int n = 0; n < N; ++n) cb += Ci[n] * Bj[n];
+          L[static_cast<size_t>(i) * chunk + j] = std::exp(s[i] - s[j]) * cb * dt[static_cast<size_t>(c0 + j) * nh + h];
+        }
+      }
+      for (int i = 0; i < Q; ++i) {
+        const size_t ti = static_cast<size_t>(c0 + i);
+        const float* Ci = C + ti * ld_bc + g * N;
+        float* yi = y + ti * nh * P + h * P;
+        const float ei = std::exp(s[i]);
+        for (int p = 0; p < P; ++p) {  // contribution of the incoming state
+          const float* Sp = Sh + static_cast<size_t>(p) * N;
+          float off = 0;
+          for (int n = 0; n < N; ++n) off += Sp[n] * Ci[n];
+          yi[p] = ei * off + D[h] * x[ti * ld_x + h * P + p];
+        }
+        for (int j = 0; j <= i; ++j) {  // intra-chunk
+          const float l = L[static_cast<size_t>(i) * chunk + j];
+          const float* xj = x + static_cast<size_t>(c0 + j) * ld_x + h * P;
+          for (int p = 0; p < P; ++p) yi[p] += l * xj[p];
+        }
+      }
+      const float e_last = std::exp(s[Q - 1]);
+      for (int j = 0; j < Q; ++j) wj[j] = std::exp(s[Q - 1] - s[j]) * dt[static_cast<size_t>(c0 + j) * nh + h];
+      for (int p = 0; p < P; ++p) {
+        float* Sp = Sh + static_cast<size_t>(p) * N;
+        for (int n = 0; n < N; ++n) Sp[n] *= e_last;
+        for (int j = 0; j < Q; ++j) {
+          const float a = wj[j] * x[static_cast<size_t>(c0 + j) * ld_x + h * P + p];
+          const float* Bj = B + static_cast<size_t>(c0 + j) * ld_bc + g * N;
+          for (int n = 0; n < N; ++n) Sp[n] += a * Bj[n];
+        }
+      }
+    }
+  }
+}
+HYBRIDLM_AVX512 void ssd_avx512(const float* x, int ld_x, const float* dt, const float* A,
+                                const float* B, const float* C, int ld_bc, const float* D,
+                                const SsdDims& dm, int chunk, float* S, int T, float* y, size_t hb,
+                                size_t he) {
+  ssd_heads(x, ld_x, dt, A, B, C, ld_bc, D, dm, chunk, S, T, y, hb, he);
+}
+void ssd_portable(const float* x, int ld_x, const float* dt, const float* A, const float* B,
+                  const float* C, int ld_bc, const float* D, const SsdDims& dm, int chunk, float* S,
+                  int T, float* y, size_t hb, size_t he) {
+  ssd_heads(x, ld_x, dt, A, B, C, ld_bc, D, dm, chunk, S, T, y, hb, he);
+}
+
+bool avx() { return simd_path() == SimdPath::Avx512; }
+
+}  // namespace
+
+void rmsnorm(const KernelContext& ctx, const float* x, const float* w, int T, int d, float eps,
+             float* y) {
+  parallel(ctx, T, 8, [&](size_t b, size_t e) {
+    avx() ? rmsnorm_avx512(x, w, d, eps, y, b, e) : rmsnorm_portable(x, w, d, eps, y, b, e);
+  });
+}
+
+void gated_rmsnorm(const KernelContext& ctx, const float* y, const float* z, int ld_z,
+                   const float* w, int T, int d, int group_size, float eps, float* out) {
+  parallel(ctx, T, 8, [&](size_t b, size_t e) {
+    avx() ? gated_avx512(y, z, ld_z, w, d, group_size, eps, out, b, e)
+          : gated_portable(y, z, ld_z, w, d, group_size, eps, out, b, e);
+  });
+}
+
+void conv1d_causal(const KernelContext& ctx, const float* x, int ld_x, const float* w,
+                   const float* bias, float* state, int T, int C, int K, bool apply_silu,
+                   float* out) {
+  parallel(ctx, C, 64, [&](size_t b, size_t e) {
+    avx() ? conv_avx512(x, ld_x, w, bias, state, T, C, K, apply_silu, out, b, e)
+          : conv_portable(x, ld_x, w, bias, state, T, C, K, apply_silu, out, b, e);
+  });
+}
+
+void mamba1_scan(const KernelContext& ctx, const float* x, int ld_x, const float* dt,
+                 const float* A, const float* B, const float* C, int ld_bc, const float* D,
+                 const float* z, int ld_z, float* h, int T, int I, int N, float* y) {
+  parallel(ctx, I, 16, [&](size_t b, size_t e) {
+    avx() ? m1_avx512(x, ld_x, dt, A, B, C, ld_bc, D, z, ld_z, h, T, I, N, y, b, e)
+          : m1_portable(x, ld_x, dt, A, B, C, ld_bc, D, z, ld_z, h, T, I, N, y, b, e);
+  });
+}
+
+void ssd_scan(const KernelContext& ctx, const float* x, int ld_x, const float* dt,
+              const float* A, const float* B, const float* C, int ld_bc, const float* D,
+              const SsdDims& dims, int chunk, float* S, int T, float* y) {
+  parallel(ctx, dims.n_heads, 1, [&](size_t b, size_t e) {
+    avx() ? ssd_avx512(x, ld_x, dt, A, B, C, ld_bc, D, dims, chunk, S, T, y, b, e)
+          : ssd_portable(x, ld_x, dt, A, B, C, ld_bc, D, dims, chunk, S, T, y, b, e);
+  });
+}
+
+void embedding(const WeightView& E, const int32_t* ids, int T, float* out) {
+  for (int t = 0; t < T; ++t) {
+    const size_t row = static_cast<size_t>(ids[t]) * E.cols;
+    float* o = out + static_cast<size_t>(t) * E.cols;
+    if (E.dtype == DType::BF16) {
+      const uint16_t* e = static_cast<const uint16_t*>(E.data) + row;
+      for (int c = 0; c < E.cols; ++c) o[c] = bf16_to_f32(e[c]);
+    } else {
+      std::memcpy(o, static_cast<const float*>(E.data) + row, sizeof(float) * E.cols);
+    }
+  }
+}
+
+}  // namespace hybridlm::cpu

@@ -1,0 +1,48 @@
+// The op signatures shared by src/kernels/ref (scalar, obviously correct: the oracle) and
+// src/kernels/cpu (SIMD + threads). Both namespaces declare exactly these functions; the ref
+// versions ignore ctx. Layout convention: token-major rows, shapes in PyTorch order in comments.
+// Every pointer argument named `ld_*` is a row stride in elements.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "tensor/dtype.h"
+
+namespace hybridlm {
+
+class ThreadPool;
+
+struct KernelContext {
+  ThreadPool* pool = nullptr;  // nullptr = run on the calling thread
+};
+
+// A weight matrix W: (rows, cols) row-major in f32 or bf16 (W is PyTorch's Linear.weight: (out, in)).
+struct WeightView {
+  DType dtype = DType::F32;
+  const void* data = nullptr;
+  int rows = 0, cols = 0;
+};
+
+// Per-layer Mamba-2 dims used by the SSD kernels.
+struct SsdDims {
+  int n_heads = 0;   // nh
+  int head_dim = 0;  // P
+  int n_groups = 0;  // G; head h reads group h / (nh / G)
+  int d_state = 0;   // N
+};
+
+}  // namespace hybridlm
+
+namespace hybridlm::ref {
+#include "kernels/ops.inc"
+// Scalar helpers shared with tests.
+float softplus(float x);
+float silu(float x);
+}  // namespace hybridlm::ref
+
+namespace hybridlm::cpu {
+#include "kernels/ops.inc"
+// Which SIMD path runs: "avx512" or "portable". Forced by env HYBRIDLM_CPU_PATH=portable.
+const char* active_path();
+}  // namespace hybridlm::cpu

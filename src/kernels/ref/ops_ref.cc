@@ -1,0 +1,162 @@
+// Scalar reference kernels: the oracle the optimized kernels are tested against. Plain loops in
+// the order of the math, double accumulators where a sum runs long. Not fast, obviously correct.
+#include <cmath>
+#include <vector>
+
+#include "kernels/kernels.h"
+
+namespace hybridlm::ref {
+
+float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
+float silu(float x) { return x / (1.0f + std::exp(-x)); }
+
+static float weight_at(const WeightView& W, int r, int c) {
+  size_t i = static_cast<size_t>(r) * W.cols + c;
+  if (W.dtype == DType::BF16) return bf16_to_f32(static_cast<const uint16_t*>(W.data)[i]);
+  return static_cast<const float*>(W.data)[i];
+}
+
+void matmul(const KernelContext&, const WeightView& W, const float* bias, const float* x, int T,
+            float* y) {
+  for (int t = 0; t < T; ++t) {
+    for (int r = 0; r < W.rows; ++r) {
+      double acc = bias ? bias[r] : 0.0;
+      for (int c = 0; c < W.cols; ++c) acc += static_cast<double>(weight_at(W, r, c)) * x[static_cast<size_t>(t) * W.cols + c];
+      y[static_cast<size_t>(t) * W.rows + r] = static_cast<float>(acc);
+    }
+  }
+}
+
+void rmsnorm(const KernelContext&, const float* x, const float* w, int T, int d, float eps,
+             float* y) {
+  for (int t = 0; t < T; ++t) {
+    const float* xr = x + static_cast<size_t>(t) * d;
+    float* yr = y + static_cast<size_t>(t) * d;
+    double ss = 0;
+    for (int i = 0; i < d; ++i) ss += static_cast<double>(xr[i]) * xr[i];
+    float inv = static_cast<float>(1.0 / std::sqrt(ss / d + eps));
+    for (int i = 0; i < d; ++i) yr[i] = xr[i] * inv * (w ? w[i] : 1.0f);
+  }
+}
+
+void gated_rmsnorm(const KernelContext&, const float* y, const float* z, int ld_z,
+                   const float* w, int T, int d, int group_size, float eps, float* out) {
+  std::vector<float> g(d);
+  for (int t = 0; t < T; ++t) {
+    for (int i = 0; i < d; ++i) g[i] = y[static_cast<size_t>(t) * d + i] * silu(z[static_cast<size_t>(t) * ld_z + i]);
+    for (int g0 = 0; g0 < d; g0 += group_size) {
+      double ss = 0;
+      for (int i = g0; i < g0 + group_size; ++i) ss += static_cast<double>(g[i]) * g[i];
+      float inv = static_cast<float>(1.0 / std::sqrt(ss / group_size + eps));
+      for (int i = g0; i < g0 + group_size; ++i) out[static_cast<size_t>(t) * d + i] = g[i] * inv * w[i];
+    }
+  }
+}
+
+void conv1d_causal(const KernelContext&, const float* x, int ld_x, const float* w,
+                   const float* bias, float* state, int T, int C, int K, bool apply_silu,
+                   float* out) {
+  // window: (K-1+T, C) = previous inputs followed by this run's inputs.
+  std::vector<float> win(static_cast<size_t>(K - 1 + T) * C);
+  for (int k = 0; k < K - 1; ++k)
+    for (int c = 0; c < C; ++c) win[static_cast<size_t>(k) * C + c] = state[static_cast<size_t>(k) * C + c];
+  for (int t = 0; t < T; ++t)
+    for (int c = 0; c < C; ++c) win[static_cast<size_t>(K - 1 + t) * C + c] = x[static_cast<size_t>(t) * ld_x + c];
+  for (int t = 0; t < T; ++t) {
+    for (int c = 0; c < C; ++c) {
+      double acc = bias ? bias[c] : 0.0;
+      for (int k = 0; k < K; ++k) acc += static_cast<double>(w[static_cast<size_t>(c) * K + k]) * win[static_cast<size_t>(t + k) * C + c];
+      float v = static_cast<float>(acc);
+      out[static_cast<size_t>(t) * C + c] = apply_silu ? silu(v) : v;
+    }
+  }
+  for (int k = 0; k < K - 1; ++k)
+    for (int c = 0; c < C; ++c) state[static_cast<size_t>(k) * C + c] = win[static_cast<size_t>(T + k) * C + c];
+}
+
+void mamba1_scan(const KernelContext&, const float* x, int ld_x, const float* dt,
+                 const float* A, const float* B, const float* C, int ld_bc, const float* D,
+                 const float* z, int ld_z, float* h, int T, int I, int N, float* y) {
+  for (int t = 0; t < T; ++t) {
+    const float* Bt = B + static_cast<size_t>(t) * ld_bc;
+    const float* Ct = C + static_cast<size_t>(t) * ld_bc;
+    for (int i = 0; i < I; ++i) {
+      float xt = x[static_cast<size_t>(t) * ld_x + i];
+      float d = dt[static_cast<size_t>(t) * I + i];
+      double acc = 0;
+      for (int n = 0; n < N; ++n) {
+        float& hs = h[static_cast<size_t>(i) * N + n];
+        hs = std::exp(d * A[static_cast<size_t>(i) * N + n]) * hs + d * Bt[n] * xt;
+        acc += static_cast<double>(hs) * Ct[n];
+      }
+      float out = static_cast<float>(acc) + D[i] * xt;
+      y[static_cast<size_t>(t) * I + i] = out * silu(z[static_cast<size_t>(t) * ld_z + i]);
+    }
+  }
+}
+
+// The SSD chunked form (Dao & Gu 2024, "Transformers are SSMs", section 6), written as explicit
+// loops. Within a chunk with cumulative log-decay s_i = sum_{k<=i} dt_k A:
+//   y_i = sum_{j<=i} exp(s_i - s_j) (C_i . B_j) dt_j x_j   (intra-chunk, the "diagonal block")
+//       + exp(s_i) C_i . S_in                               (contribution of the incoming state)
+//   S_out = exp(s_last) S_in + sum_j exp(s_last - s_j) dt_j x_j B_j^T
+// plus D x_i. This equals the sequential recurrence exactly in exact arithmetic.
+void ssd_scan(const KernelContext&, const float* x, int ld_x, const float* dt, const float* A,
+              const float* B, const float* C, int ld_bc, const float* D, const SsdDims& dims,
+              int chunk, float* S, int T, float* y) {
+  const int nh = dims.n_heads, P = dims.head_dim, N = dims.d_state;
+  const int heads_per_group = nh / dims.n_groups;
+  std::vector<double> s(chunk);
+  for (int h = 0; h < nh; ++h) {
+    const int g = h / heads_per_group;
+    float* Sh = S + static_cast<size_t>(h) * P * N;
+    for (int c0 = 0; c0 < T; c0 += chunk) {
+      const int Q = std::min(chunk, T - c0);
+      double acc_s = 0;
+      for (int i = 0; i < Q; ++i) {
+        acc_s += static_cast<double>(dt[static_cast<size_t>(c0 + i) * nh + h]) * A[h];
+        s[i] = acc_s;
+      }
+      for (int i = 0; i < Q; ++i) {
+        const int ti = c0 + i;
+        const float* Ci = C + static_cast<size_t>(ti) * ld_bc + static_cast<size_t>(g) * N;
+        for (int p = 0; p < P; ++p) {
+          double acc = 0;
+          for (int j = 0; j <= i; ++j) {
+            const int tj = c0 + j;
+            const float* Bj = B + static_cast<size_t>(tj) * ld_bc + static_cast<size_t>(g) * N;
+            double cb = 0;
+            for (int n = 0; n < N; ++n) cb += static_cast<double>(Ci[n]) * Bj[n];
+            acc += std::exp(s[i] - s[j]) * cb * dt[static_cast<size_t>(tj) * nh + h] *
+                   x[static_cast<size_t>(tj) * ld_x + static_cast<size_t>(h) * P + p];
+          }
+          double off = 0;
+          for (int n = 0; n < N; ++n) off += static_cast<double>(Ci[n]) * Sh[static_cast<size_t>(p) * N + n];
+          acc += std::exp(s[i]) * off;
+          const float xi = x[static_cast<size_t>(ti) * ld_x + static_cast<size_t>(h) * P + p];
+          y[static_cast<size_t>(ti) * nh * P + static_cast<size_t>(h) * P + p] = static_cast<float>(acc + D[h] * xi);
+        }
+      }
+      const double s_last = s[Q - 1];
+      for (int p = 0; p < P; ++p) {
+        for (int n = 0; n < N; ++n) {
+          double acc = std::exp(s_last) * Sh[static_cast<size_t>(p) * N + n];
+          for (int j = 0; j < Q; ++j) {
+            const int tj = c0 + j;
+            acc += std::exp(s_last - s[j]) * dt[static_cast<size_t>(tj) * nh + h] *
+                   x[static_cast<size_t>(tj) * ld_x + static_cast<size_t>(h) * P + p] *
+                   B[static_cast<size_t>(tj) * ld_bc + static_cast<size_t>(g) * N + n];
+          }
+          Sh[static_cast<size_t>(p) * N + n] = static_cast<float>(acc);
+        }
+      }
+    }
+  }
+}
+
+void embedding(const WeightView& E, const int32_t* ids, int T, float* out) {
+  for (int t = 0; t < T; ++t)
+    for (int c = 0; c < E.cols; ++c) out[static_cast<size_t>(t) * E.cols + c] = weight_at(E, ids[t], c);
+}
+
+}  // namespace hybridlm::ref

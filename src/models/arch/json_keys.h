@@ -1,0 +1,32 @@
+// Typed reads of config.json keys with Hugging Face defaults; every error names the file and key.
+#pragma once
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace hybridlm {
+
+class JsonKeys {
+ public:
+  JsonKeys(const nlohmann::json& j, std::string where) : j_(j), where_(std::move(where)) {}
+  bool has(const char* key) const { return j_.contains(key) && !j_[key].is_null(); }
+  int64_t integer(const char* key) const;  // required
+  int64_t integer(const char* key, int64_t def) const;
+  double number(const char* key, double def) const;
+  bool boolean(const char* key, bool def) const;
+  std::string string(const char* key, const std::string& def) const;
+  const nlohmann::json& raw(const char* key) const { return j_[key]; }
+  // Throws "<where>: <key> = <value>: <why>".
+  [[noreturn]] void fail(const char* key, const std::string& why) const;
+  // Positive integer (required or defaulted).
+  int positive(const char* key) const;
+  int positive(const char* key, int64_t def) const;
+  const std::string& where() const { return where_; }
+
+ private:
+  const nlohmann::json& j_;
+  std::string where_;
+};
+
+}  // namespace hybridlm

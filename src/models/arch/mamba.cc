@@ -1,0 +1,49 @@
+// Family `mamba` (MambaForCausalLM, state-spaces/mamba-*-hf) and `falcon_mamba`
+// (FalconMambaForCausalLM, tiiuae/falcon-mamba-7b). Config keys and defaults follow
+// transformers' MambaConfig / FalconMambaConfig (research/hf-hybrid.md C.1).
+// Weights (prefix backbone.): embeddings.weight | layers.N.{norm.weight, mixer.in_proj.weight (2I, H),
+// mixer.conv1d.weight (I, 1, K) + bias, mixer.x_proj.weight (R + 2N, I), mixer.dt_proj.weight (I, R)
+// + bias, mixer.A_log (I, N), mixer.D (I), mixer.out_proj.weight (H, I)} | norm_f.weight; lm_head.weight.
+#include <cmath>
+
+#include "models/arch/families.h"
+
+namespace hybridlm {
+
+static HybridConfig parse_mamba_common(const JsonKeys& k, bool falcon) {
+  HybridConfig c;
+  c.d_model = k.positive("hidden_size", 768);
+  c.vocab_size = k.positive("vocab_size", 50280);
+  c.norm_eps = static_cast<float>(k.number("layer_norm_epsilon", 1e-5));
+  c.tie_embeddings = k.boolean("tie_word_embeddings", true);
+  c.bos_token_id = static_cast<int32_t>(k.integer("bos_token_id", 0));
+  c.eos_token_id = static_cast<int32_t>(k.integer("eos_token_id", 0));
+  c.pad_token_id = static_cast<int32_t>(k.integer("pad_token_id", 0));
+  if (k.string("hidden_act", "silu") != "silu") k.fail("hidden_act", "only silu is supported");
+  if (!k.boolean("residual_in_fp32", true)) {
+    // The residual stream is always f32 here; with bf16/f16 residuals HF rounds it each layer.
+  }
+  const double expand = k.number("expand", 2);
+  Mamba1Spec m;
+  m.d_inner = k.positive("intermediate_size", static_cast<int64_t>(expand * c.d_model));
+  m.d_state = k.positive("state_size", 16);
+  m.d_conv = k.positive("conv_kernel", 4);
+  if (k.has("time_step_rank") && k.raw("time_step_rank").is_string()) {
+    if (k.string("time_step_rank", "auto") != "auto") k.fail("time_step_rank", "expected an integer or \"auto\"");
+    m.dt_rank = (c.d_model + 15) / 16;
+  } else {
+    m.dt_rank = k.positive("time_step_rank", (c.d_model + 15) / 16);
+  }
+  m.proj_bias = k.boolean("use_bias", false);
+  m.conv_bias = k.boolean("use_conv_bias", true);
+  m.dt_bc_rms = falcon;
+  m.dt_bc_rms_eps = static_cast<float>(k.number("mixer_rms_eps", 1e-6));
+  const int n_layers = k.positive("num_hidden_layers", 32);
+  c.blocks.assign(n_layers, BlockSpec{MixerKind::Mamba1, m, {}});
+  return c;
+}
+
+HybridConfig parse_mamba(const JsonKeys& k, NormGrouping) { return parse_mamba_common(k, false); }
+HybridConfig parse_falcon_mamba(const JsonKeys& k, NormGrouping) { return parse_mamba_common(k, true); }
+
+}  // namespace hybridlm

@@ -1,0 +1,60 @@
+// Family `mamba2` (Mamba2ForCausalLM: state-spaces/mamba2-*, Mamba-Codestral-7B). Config keys and
+// defaults follow transformers' Mamba2Config (research/hf-hybrid.md C.2).
+// Weights (prefix backbone.): embeddings.weight | layers.N.{norm.weight, mixer.in_proj.weight
+// (2I + 2GN + nh, H), mixer.conv1d.weight (I + 2GN, 1, K) + bias, mixer.dt_bias (nh), mixer.A_log
+// (nh), mixer.D (nh), mixer.norm.weight (I), mixer.out_proj.weight (H, I)} | norm_f.weight; lm_head.weight.
+#include <cmath>
+
+#include "models/arch/families.h"
+
+namespace hybridlm {
+
+HybridConfig parse_mamba2(const JsonKeys& k, NormGrouping mamba2_norm) {
+  HybridConfig c;
+  c.d_model = k.positive("hidden_size", 4096);
+  c.vocab_size = k.positive("vocab_size", 32768);
+  c.norm_eps = static_cast<float>(k.number("layer_norm_epsilon", 1e-5));
+  c.tie_embeddings = k.boolean("tie_word_embeddings", false);
+  c.bos_token_id = static_cast<int32_t>(k.integer("bos_token_id", 0));
+  c.eos_token_id = static_cast<int32_t>(k.integer("eos_token_id", 2));
+  c.pad_token_id = static_cast<int32_t>(k.integer("pad_token_id", 1));
+  if (k.string("hidden_act", "silu") != "silu") k.fail("hidden_act", "only silu is supported");
+
+  Mamba2Spec m;
+  m.n_heads = k.positive("num_heads", 128);
+  m.head_dim = k.positive("head_dim", 64);
+  m.d_state = k.positive("state_size", 128);
+  m.n_groups = k.positive("n_groups", 8);
+  m.d_conv = k.positive("conv_kernel", 4);
+  m.chunk_size = k.positive("chunk_size", 256);
+  m.proj_bias = k.boolean("use_bias", false);
+  m.conv_bias = k.boolean("use_conv_bias", true);
+  m.norm_eps = c.norm_eps;
+  m.norm_grouping = mamba2_norm;
+  const double expand = k.number("expand", 2);
+  m.d_inner = static_cast<int>(expand * c.d_model);
+  if (m.n_heads * m.head_dim != m.d_inner)
+    k.fail("num_heads", "num_heads x head_dim = " + std::to_string(m.n_heads * m.head_dim) +
+                            " must equal expand x hidden_size = " + std::to_string(m.d_inner));
+  if (m.n_heads % m.n_groups != 0)
+    k.fail("n_groups", "must divide num_heads = " + std::to_string(m.n_heads));
+  if (k.has("time_step_limit")) {
+    const auto& lim = k.raw("time_step_limit");
+    if (!lim.is_array() || lim.size() != 2) k.fail("time_step_limit", "expected [min, max]");
+    auto bound = [&](const nlohmann::json& v, float inf) {
+      if (v.is_number()) return v.get<float>();
+      if (v.is_string() && (v.get<std::string>() == "inf" || v.get<std::string>() == "Infinity"))
+        return std::numeric_limits<float>::infinity();
+      if (v.is_null()) return inf;
+      k.fail("time_step_limit", "expected numbers");
+    };
+    m.dt_min = bound(lim[0], 0.0f);
+    m.dt_max = bound(lim[1], std::numeric_limits<float>::infinity());
+    if (!(m.dt_min <= m.dt_max) || m.dt_min < 0) k.fail("time_step_limit", "need 0 <= min <= max");
+  }
+  const int n_layers = k.positive("num_hidden_layers", 64);
+  c.blocks.assign(n_layers, BlockSpec{MixerKind::Mamba2, {}, m});
+  return c;
+}
+
+}  // namespace hybridlm

@@ -1,0 +1,77 @@
+#include "models/blocks/mamba1.h"
+
+#include <cmath>
+
+#include "kernels/kernels.h"
+
+namespace hybridlm {
+
+Mamba1Weights load_mamba1(const WeightReader& r, const std::string& p, const Mamba1Spec& s, int H) {
+  const int64_t I = s.d_inner, N = s.d_state, R = s.dt_rank, K = s.d_conv;
+  Mamba1Weights w;
+  w.in_proj = r.matrix(p + "in_proj.weight", {2 * I, H});
+  if (s.proj_bias) w.in_proj_bias = r.vector(p + "in_proj.bias", {2 * I});
+  w.conv_w = r.vector(p + "conv1d.weight", {I, 1, K});
+  if (s.conv_bias) w.conv_b = r.vector(p + "conv1d.bias", {I});
+  w.x_proj = r.matrix(p + "x_proj.weight", {R + 2 * N, I});
+  w.dt_proj = r.matrix(p + "dt_proj.weight", {I, R});
+  w.dt_bias = r.vector(p + "dt_proj.bias", {I});
+  w.A = r.vector(p + "A_log", {I, N});
+  for (float& a : w.A) a = -std::exp(a);
+  w.D = r.vector(p + "D", {I});
+  w.out_proj = r.matrix(p + "out_proj.weight", {H, I});
+  if (s.proj_bias) w.out_proj_bias = r.vector(p + "out_proj.bias", {H});
+  return w;
+}
+
+LayerStateSpec mamba1_state_spec(const Mamba1Spec& s) {
+  return {s.d_conv - 1, s.d_inner, static_cast<size_t>(s.d_inner) * s.d_state};
+}
+
+static const float* bias_or_null(const std::vector<float>& b) { return b.empty() ? nullptr : b.data(); }
+
+void mamba1_forward(const KernelContext& ctx, const Mamba1Spec& s, const Mamba1Weights& w, const float* u,
+                    int T, std::span<const SeqRun> runs, Mamba1Scratch& sc, float* out) {
+  const int I = s.d_inner, N = s.d_state, R = s.dt_rank, K = s.d_conv;
+  const int ld_dbc = R + 2 * N;
+  sc.xz.resize(static_cast<size_t>(T) * 2 * I);
+  sc.xc.resize(static_cast<size_t>(T) * I);
+  sc.xdbc.resize(static_cast<size_t>(T) * ld_dbc);
+  sc.dt_in.resize(static_cast<size_t>(T) * R);
+  sc.dt.resize(static_cast<size_t>(T) * I);
+  sc.y.resize(static_cast<size_t>(T) * I);
+
+  // xz: (T, 2I) = u @ in_proj^T; x = xz[:, :I], z = xz[:, I:]
+  cpu::matmul(ctx, w.in_proj.view(), bias_or_null(w.in_proj_bias), u, T, sc.xz.data());
+  // xc: (T, I) = silu(causal_conv(x)), per sequence from its conv state
+  for (const SeqRun& r : runs)
+    cpu::conv1d_causal(ctx, sc.xz.data() + static_cast<size_t>(r.start) * 2 * I, 2 * I, w.conv_w.data(),
+                       bias_or_null(w.conv_b), r.conv_state, r.len, I, K, true,
+                       sc.xc.data() + static_cast<size_t>(r.start) * I);
+  // xdbc: (T, R + 2N) = xc @ x_proj^T -> dt_in (R), B (N), C (N)
+  cpu::matmul(ctx, w.x_proj.view(), nullptr, sc.xc.data(), T, sc.xdbc.data());
+  for (int t = 0; t < T; ++t) {
+    float* row = sc.xdbc.data() + static_cast<size_t>(t) * ld_dbc;
+    if (s.dt_bc_rms) {  // FalconMamba: weightless RMS norm of dt_in, B and C separately
+      cpu::rmsnorm(ctx, row, nullptr, 1, R, s.dt_bc_rms_eps, row);
+      cpu::rmsnorm(ctx, row + R, nullptr, 1, N, s.dt_bc_rms_eps, row + R);
+      cpu::rmsnorm(ctx, row + R + N, nullptr, 1, N, s.dt_bc_rms_eps, row + R + N);
+    }
+    std::copy(row, row + R, sc.dt_in.data() + static_cast<size_t>(t) * R);
+  }
+  // dt: (T, I) = softplus(dt_in @ dt_proj^T + dt_bias)
+  cpu::matmul(ctx, w.dt_proj.view(), w.dt_bias.data(), sc.dt_in.data(), T, sc.dt.data());
+  for (float& v : sc.dt) v = ref::softplus(v);
+  // y: (T, I) = selective scan, gated by silu(z)
+  for (const SeqRun& r : runs) {
+    const size_t o = static_cast<size_t>(r.start);
+    const float* dbc = sc.xdbc.data() + o * ld_dbc;
+    cpu::mamba1_scan(ctx, sc.xc.data() + o * I, I, sc.dt.data() + o * I, w.A.data(), dbc + R, dbc + R + N,
+                     ld_dbc, w.D.data(), sc.xz.data() + o * 2 * I + I, 2 * I, r.ssm_state, r.len, I, N,
+                     sc.y.data() + o * I);
+  }
+  // out: (T, H) = y @ out_proj^T
+  cpu::matmul(ctx, w.out_proj.view(), bias_or_null(w.out_proj_bias), sc.y.data(), T, out);
+}
+
+}  // namespace hybridlm

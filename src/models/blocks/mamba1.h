@@ -1,0 +1,40 @@
+// Mamba-1 mixer (Gu & Dao 2023, "Mamba", Algorithm 2): in_proj -> causal conv + silu -> x_proj ->
+// dt_proj + softplus -> selective scan (+ D skip, silu(z) gate) -> out_proj.
+#pragma once
+
+#include <span>
+#include <string>
+#include <vector>
+
+#include "cache/state_pool.h"
+#include "models/blocks/seq_run.h"
+#include "models/config.h"
+#include "models/weights.h"
+
+namespace hybridlm {
+
+struct Mamba1Weights {
+  Matrix in_proj;   // (2I, H): x then z
+  Matrix x_proj;    // (R + 2N, I): dt, B, C
+  Matrix dt_proj;   // (I, R)
+  Matrix out_proj;  // (H, I)
+  std::vector<float> in_proj_bias, out_proj_bias;  // empty unless use_bias
+  std::vector<float> conv_w;  // (I, K)
+  std::vector<float> conv_b;  // (I) or empty
+  std::vector<float> dt_bias;  // (I)
+  std::vector<float> A;       // (I, N) = -exp(A_log), precomputed at load
+  std::vector<float> D;       // (I)
+};
+
+struct Mamba1Scratch {
+  std::vector<float> xz, xc, xdbc, dt_in, dt, y;
+};
+
+Mamba1Weights load_mamba1(const WeightReader& r, const std::string& prefix, const Mamba1Spec& s, int d_model);
+LayerStateSpec mamba1_state_spec(const Mamba1Spec& s);
+
+// out: (T, H) = mixer(u: (T, H)); runs partition the T rows and carry each sequence's state.
+void mamba1_forward(const KernelContext& ctx, const Mamba1Spec& s, const Mamba1Weights& w, const float* u,
+                    int T, std::span<const SeqRun> runs, Mamba1Scratch& scratch, float* out);
+
+}  // namespace hybridlm

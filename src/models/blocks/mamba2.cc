@@ -1,0 +1,81 @@
+#include "models/blocks/mamba2.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "base/error.h"
+#include "kernels/kernels.h"
+
+namespace hybridlm {
+
+Mamba2Weights load_mamba2(const WeightReader& r, const std::string& p, const Mamba2Spec& s, int H) {
+  const int64_t I = s.d_inner, nh = s.n_heads, K = s.d_conv, conv_dim = s.conv_dim();
+  Mamba2Weights w;
+  // in_proj may carry 2*d_mlp extra rows (mamba_ssm's d_mlp > 0); infer it from the stored shape.
+  int64_t rows = s.in_proj_dim();
+  if (const TensorInfo* t = r.find(p + "in_proj.weight");
+      t && t->shape.size() == 2 && t->shape[0] > rows && (t->shape[0] - rows) % 2 == 0)
+    rows = t->shape[0];
+  w.d_mlp = static_cast<int>((rows - s.in_proj_dim()) / 2);
+  w.in_proj = r.matrix(p + "in_proj.weight", {rows, H});
+  if (s.proj_bias) w.in_proj_bias = r.vector(p + "in_proj.bias", {rows});
+  w.conv_w = r.vector(p + "conv1d.weight", {conv_dim, 1, K});
+  if (s.conv_bias) w.conv_b = r.vector(p + "conv1d.bias", {conv_dim});
+  w.dt_bias = r.vector(p + "dt_bias", {nh});
+  w.A = r.vector(p + "A_log", {nh});
+  for (float& a : w.A) a = -std::exp(a);
+  w.D = r.vector(p + "D", {nh});
+  w.norm_w = r.vector(p + "norm.weight", {I});
+  w.out_proj = r.matrix(p + "out_proj.weight", {H, I});
+  if (s.proj_bias) w.out_proj_bias = r.vector(p + "out_proj.bias", {H});
+  return w;
+}
+
+LayerStateSpec mamba2_state_spec(const Mamba2Spec& s) {
+  return {s.d_conv - 1, s.conv_dim(), static_cast<size_t>(s.n_heads) * s.head_dim * s.d_state};
+}
+
+static const float* bias_or_null(const std::vector<float>& b) { return b.empty() ? nullptr : b.data(); }
+
+void mamba2_forward(const KernelContext& ctx, const Mamba2Spec& s, const Mamba2Weights& w, const float* u,
+                    int T, std::span<const SeqRun> runs, Mamba2Scratch& sc, float* out) {
+  const int I = s.d_inner, nh = s.n_heads, K = s.d_conv, conv_dim = s.conv_dim();
+  const int G = s.n_groups, N = s.d_state;
+  const int W = w.in_proj.rows;
+  const int z_off = 2 * w.d_mlp, xbc_off = z_off + I, dt_off = xbc_off + conv_dim;
+  sc.zxbcdt.resize(static_cast<size_t>(T) * W);
+  sc.xbc.resize(static_cast<size_t>(T) * conv_dim);
+  sc.dt.resize(static_cast<size_t>(T) * nh);
+  sc.y.resize(static_cast<size_t>(T) * I);
+  sc.g.resize(static_cast<size_t>(T) * I);
+
+  // zxbcdt: (T, W) = u @ in_proj^T
+  cpu::matmul(ctx, w.in_proj.view(), bias_or_null(w.in_proj_bias), u, T, sc.zxbcdt.data());
+  // xbc: (T, conv_dim) = silu(causal_conv(xBC)), per sequence from its conv state
+  for (const SeqRun& r : runs)
+    cpu::conv1d_causal(ctx, sc.zxbcdt.data() + static_cast<size_t>(r.start) * W + xbc_off, W, w.conv_w.data(),
+                       bias_or_null(w.conv_b), r.conv_state, r.len, conv_dim, K, true,
+                       sc.xbc.data() + static_cast<size_t>(r.start) * conv_dim);
+  // dt: (T, nh) = clamp(softplus(dt_raw + dt_bias), time_step_limit)
+  for (int t = 0; t < T; ++t)
+    for (int h = 0; h < nh; ++h) {
+      const float v = ref::softplus(sc.zxbcdt[static_cast<size_t>(t) * W + dt_off + h] + w.dt_bias[h]);
+      sc.dt[static_cast<size_t>(t) * nh + h] = std::clamp(v, s.dt_min, s.dt_max);
+    }
+  // y: (T, I) = SSD scan over x (I), B (G*N), C (G*N), per sequence from its SSM state
+  const SsdDims dims{nh, s.head_dim, G, N};
+  for (const SeqRun& r : runs) {
+    const size_t o = static_cast<size_t>(r.start);
+    const float* xr = sc.xbc.data() + o * conv_dim;
+    cpu::ssd_scan(ctx, xr, conv_dim, sc.dt.data() + o * nh, w.A.data(), xr + I, xr + I + G * N, conv_dim,
+                  w.D.data(), dims, s.chunk_size, r.ssm_state, r.len, sc.y.data() + o * I);
+  }
+  // g: (T, I) = norm_w * rmsnorm_groups(y * silu(z))
+  const int group = s.norm_grouping == NormGrouping::Grouped ? I / G : I;
+  cpu::gated_rmsnorm(ctx, sc.y.data(), sc.zxbcdt.data() + z_off, W, w.norm_w.data(), T, I, group, s.norm_eps,
+                     sc.g.data());
+  // out: (T, H) = g @ out_proj^T
+  cpu::matmul(ctx, w.out_proj.view(), bias_or_null(w.out_proj_bias), sc.g.data(), T, out);
+}
+
+}  // namespace hybridlm

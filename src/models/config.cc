@@ -1,0 +1,157 @@
+#include "models/config.h"
+
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "base/error.h"
+#include "models/arch/families.h"
+#include "models/arch/json_keys.h"
+
+namespace hybridlm {
+
+const char* mixer_kind_name(MixerKind k) {
+  switch (k) {
+    case MixerKind::Mamba1: return "mamba1";
+    case MixerKind::Mamba2: return "mamba2";
+  }
+  return "?";
+}
+
+std::string HybridConfig::layer_pattern() const {
+  // Run-length form: "mamba2 x24", or "mamba1 x2, mamba2 x1".
+  std::ostringstream os;
+  for (size_t i = 0; i < blocks.size();) {
+    size_t j = i;
+    while (j < blocks.size() && blocks[j].mixer == blocks[i].mixer) ++j;
+    if (i) os << ", ";
+    os << mixer_kind_name(blocks[i].mixer) << " x" << (j - i);
+    i = j;
+  }
+  return os.str();
+}
+
+// ---- JsonKeys -----------------------------------------------------------------------------------
+void JsonKeys::fail(const char* key, const std::string& why) const {
+  std::string v = j_.contains(key) ? j_[key].dump() : "(missing)";
+  throw Error(where_ + ": " + key + " = " + v + ": " + why);
+}
+
+int64_t JsonKeys::integer(const char* key) const {
+  if (!has(key)) throw Error(where_ + ": missing required key '" + key + "'");
+  return integer(key, 0);
+}
+
+int64_t JsonKeys::integer(const char* key, int64_t def) const {
+  if (!has(key)) return def;
+  const auto& v = j_[key];
+  if (v.is_number_integer()) return v.get<int64_t>();
+  if (v.is_number_float() && v.get<double>() == static_cast<double>(static_cast<int64_t>(v.get<double>())))
+    return static_cast<int64_t>(v.get<double>());
+  fail(key, "expected an integer");
+}
+
+double JsonKeys::number(const char* key, double def) const {
+  if (!has(key)) return def;
+  if (!j_[key].is_number()) fail(key, "expected a number");
+  return j_[key].get<double>();
+}
+
+bool JsonKeys::boolean(const char* key, bool def) const {
+  if (!has(key)) return def;
+  if (!j_[key].is_boolean()) fail(key, "expected true or false");
+  return j_[key].get<bool>();
+}
+
+std::string JsonKeys::string(const char* key, const std::string& def) const {
+  if (!has(key)) return def;
+  if (!j_[key].is_string()) fail(key, "expected a string");
+  return j_[key].get<std::string>();
+}
+
+int JsonKeys::positive(const char* key) const {
+  int64_t v = integer(key);
+  if (v <= 0 || v > (1 << 30)) fail(key, "must be a positive integer");
+  return static_cast<int>(v);
+}
+
+int JsonKeys::positive(const char* key, int64_t def) const {
+  int64_t v = integer(key, def);
+  if (v <= 0 || v > (1 << 30)) fail(key, "must be a positive integer");
+  return static_cast<int>(v);
+}
+
+// ---- dispatch -----------------------------------------------------------------------------------
+HybridConfig parse_config(const nlohmann::json& j, const std::string& where, NormGrouping mamba2_norm) {
+  if (!j.is_object()) throw Error(where + ": expected a JSON object");
+  JsonKeys keys(j, where);
+  std::string arch;
+  if (keys.has("architectures")) {
+    const auto& a = keys.raw("architectures");
+    if (!a.is_array() || (!a.empty() && !a[0].is_string())) keys.fail("architectures", "expected a list of strings");
+    if (!a.empty()) arch = a[0].get<std::string>();
+  }
+  const std::string model_type = keys.string("model_type", "");
+  for (const Family& f : families()) {
+    bool match = !model_type.empty() ? model_type == f.model_type : false;
+    for (const char* a : f.architectures) match = match || arch == a;
+    if (match) {
+      HybridConfig c = f.parse(keys, mamba2_norm);
+      c.family = f.model_type;
+      c.architecture = arch;
+      return c;
+    }
+  }
+  std::string known;
+  for (const Family& f : families()) known += std::string(known.empty() ? "" : ", ") + f.model_type;
+  throw Error(where + ": unsupported model (model_type '" + model_type + "', architectures '" + arch +
+              "'); supported: " + known);
+}
+
+// Python's json module writes float('inf') as a bare Infinity (e.g. Mamba2's time_step_limit),
+// which strict JSON parsers reject. Turn bare Infinity / -Infinity / NaN outside strings into strings
+// that the adapters understand.
+static std::string quote_nonfinite(const std::string& text) {
+  std::string out;
+  out.reserve(text.size());
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char ch = text[i];
+    if (in_string) {
+      out += ch;
+      if (ch == '\\' && i + 1 < text.size()) out += text[++i];
+      else if (ch == '"') in_string = false;
+      continue;
+    }
+    if (ch == '"') in_string = true;
+    bool replaced = false;
+    for (const char* word : {"-Infinity", "Infinity", "NaN"}) {
+      const size_t n = std::char_traits<char>::length(word);
+      if (text.compare(i, n, word) == 0) {
+        out += std::string("\"") + word + "\"";
+        i += n - 1;
+        replaced = true;
+        break;
+      }
+    }
+    if (!replaced) out += ch;
+  }
+  return out;
+}
+
+HybridConfig load_config(const std::filesystem::path& dir, NormGrouping mamba2_norm) {
+  const auto path = dir / "config.json";
+  std::ifstream in(path);
+  if (!in) throw Error(path.string() + ": cannot open (is " + dir.string() + " a model directory?)");
+  std::stringstream text;
+  text << in.rdbuf();
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(quote_nonfinite(text.str()));
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(path.string() + ": malformed JSON: " + e.what());
+  }
+  return parse_config(j, path.string(), mamba2_norm);
+}
+
+}  // namespace hybridlm

@@ -1,0 +1,116 @@
+#include "models/model.h"
+
+#include <string>
+
+#include "base/error.h"
+#include "kernels/kernels.h"
+
+namespace hybridlm {
+
+Model Model::load(const std::filesystem::path& dir, const LoadOptions& opt) {
+  Model m;
+  m.cfg_ = load_config(dir, opt.mamba2_norm);
+  const Checkpoint ckpt = Checkpoint::open(dir, opt.use_mmap);
+  const WeightReader r(ckpt, opt.dtype);
+  const HybridConfig& c = m.cfg_;
+  const int64_t H = c.d_model, V = c.vocab_size;
+  // Hub files of some Mamba checkpoints say `embedding`, transformers says `embeddings`.
+  const std::string emb = r.has("backbone.embeddings.weight") || !r.has("backbone.embedding.weight")
+                              ? "backbone.embeddings.weight"
+                              : "backbone.embedding.weight";
+  m.embedding_ = r.matrix(emb, {V, H});
+  for (int i = 0; i < c.n_layers(); ++i) {
+    const std::string p = "backbone.layers." + std::to_string(i) + ".";
+    LayerWeights lw;
+    lw.norm = r.vector(p + "norm.weight", {H});
+    const BlockSpec& b = c.blocks[i];
+    switch (b.mixer) {
+      case MixerKind::Mamba1: lw.m1 = load_mamba1(r, p + "mixer.", b.m1, c.d_model); break;
+      case MixerKind::Mamba2: lw.m2 = load_mamba2(r, p + "mixer.", b.m2, c.d_model); break;
+    }
+    m.layers_.push_back(std::move(lw));
+  }
+  m.norm_f_ = r.vector("backbone.norm_f.weight", {H});
+  if (!c.tie_embeddings) m.lm_head_ = r.matrix("lm_head.weight", {V, H});
+  m.params_ = r.params_read();
+  return m;
+}
+
+std::vector<LayerStateSpec> Model::state_specs() const {
+  std::vector<LayerStateSpec> specs;
+  for (const BlockSpec& b : cfg_.blocks)
+    specs.push_back(b.mixer == MixerKind::Mamba1 ? mamba1_state_spec(b.m1) : mamba2_state_spec(b.m2));
+  return specs;
+}
+
+size_t Model::weight_bytes() const {
+  size_t n = embedding_.bytes() + lm_head_.bytes() + norm_f_.size() * 4;
+  for (const LayerWeights& l : layers_) {
+    n += l.norm.size() * 4;
+    for (const Matrix* m : {&l.m1.in_proj, &l.m1.x_proj, &l.m1.dt_proj, &l.m1.out_proj, &l.m2.in_proj, &l.m2.out_proj})
+      n += m->bytes();
+    for (const auto* v : {&l.m1.in_proj_bias, &l.m1.out_proj_bias, &l.m1.conv_w, &l.m1.conv_b, &l.m1.dt_bias,
+                          &l.m1.A, &l.m1.D, &l.m2.in_proj_bias, &l.m2.out_proj_bias, &l.m2.conv_w, &l.m2.conv_b,
+                          &l.m2.dt_bias, &l.m2.A, &l.m2.D, &l.m2.norm_w})
+      n += v->size() * 4;
+  }
+  return n;
+}
+
+void Model::forward(const KernelContext& ctx, std::span<const int32_t> tokens, std::span<const BatchRun> runs,
+                    StatePool& pool, std::span<const int> logit_rows, float* logits, ForwardScratch& sc) const {
+  const int T = static_cast<int>(tokens.size());
+  const int H = cfg_.d_model, V = cfg_.vocab_size;
+  // Validate first: nothing below may fail once state starts changing.
+  size_t total = 0;
+  for (const BatchRun& r : runs) {
+    check(r.len > 0, "batch run of " + std::to_string(r.len) + " tokens");
+    check(pool.is_live(r.slot), "batch run names state slot " + std::to_string(r.slot) + ", which is not in use");
+    total += static_cast<size_t>(r.len);
+  }
+  check(total == tokens.size(), "batch runs cover " + std::to_string(total) + " tokens, batch has " +
+                                    std::to_string(tokens.size()));
+  for (size_t i = 0; i < runs.size(); ++i)
+    for (size_t j = i + 1; j < runs.size(); ++j)
+      check(runs[i].slot != runs[j].slot, "two runs of one batch continue the same sequence slot " +
+                                              std::to_string(runs[i].slot));
+  for (int32_t id : tokens)
+    check(id >= 0 && id < V, "token id " + std::to_string(id) + " is outside the vocabulary (size " +
+                                 std::to_string(V) + ")");
+  for (int row : logit_rows) check(row >= 0 && row < T, "logit row " + std::to_string(row) + " out of range");
+  if (T == 0) return;
+
+  sc.h.resize(static_cast<size_t>(T) * H);
+  sc.xn.resize(static_cast<size_t>(T) * H);
+  sc.mix.resize(static_cast<size_t>(T) * H);
+  // h: (T, H) = embedding[tokens]; the residual stream stays f32 (residual_in_fp32).
+  cpu::embedding(embedding_.view(), tokens.data(), T, sc.h.data());
+  for (int l = 0; l < cfg_.n_layers(); ++l) {
+    const BlockSpec& b = cfg_.blocks[l];
+    sc.runs.clear();
+    int start = 0;
+    for (const BatchRun& r : runs) {
+      sc.runs.push_back({start, r.len, pool.conv_state(r.slot, l), pool.ssm_state(r.slot, l)});
+      start += r.len;
+    }
+    // xn = rmsnorm(h) * norm_w; h += mixer(xn)
+    cpu::rmsnorm(ctx, sc.h.data(), layers_[l].norm.data(), T, H, cfg_.norm_eps, sc.xn.data());
+    if (b.mixer == MixerKind::Mamba1)
+      mamba1_forward(ctx, b.m1, layers_[l].m1, sc.xn.data(), T, sc.runs, sc.m1, sc.mix.data());
+    else
+      mamba2_forward(ctx, b.m2, layers_[l].m2, sc.xn.data(), T, sc.runs, sc.m2, sc.mix.data());
+    for (size_t i = 0; i < sc.h.size(); ++i) sc.h[i] += sc.mix[i];
+  }
+  // logits: (rows, V) = rmsnorm(h[rows]) @ lm_head^T (or the tied embedding table)
+  const int R = static_cast<int>(logit_rows.size());
+  if (R == 0) return;
+  sc.rows.resize(static_cast<size_t>(R) * H);
+  for (int i = 0; i < R; ++i)
+    std::copy_n(sc.h.data() + static_cast<size_t>(logit_rows[i]) * H, H, sc.rows.data() + static_cast<size_t>(i) * H);
+  cpu::rmsnorm(ctx, sc.rows.data(), norm_f_.data(), R, H, cfg_.norm_eps, sc.rows.data());
+  const Matrix& head = cfg_.tie_embeddings ? embedding_ : lm_head_;
+  cpu::matmul(ctx, head.view(), nullptr, sc.rows.data(), R, logits);
+  (void)V;
+}
+
+}  // namespace hybridlm

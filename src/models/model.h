@@ -1,0 +1,70 @@
+// A loaded model: config + weights, and the forward pass over a varlen batch
+// (ARCHITECTURE.md section 5). The model never owns sequence state: it reads and writes the
+// slots of a StatePool that the runtime hands it.
+#pragma once
+
+#include <filesystem>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "cache/state_pool.h"
+#include "models/blocks/mamba1.h"
+#include "models/blocks/mamba2.h"
+#include "models/config.h"
+#include "models/weights.h"
+
+namespace hybridlm {
+
+struct LoadOptions {
+  WeightDType dtype = WeightDType::F32;
+  NormGrouping mamba2_norm = NormGrouping::Grouped;
+  bool use_mmap = true;
+};
+
+// One run of a varlen batch: `len` tokens continuing the sequence held in state slot `slot`.
+struct BatchRun {
+  int slot = 0;
+  int len = 0;
+};
+
+struct LayerWeights {
+  std::vector<float> norm;  // (H) pre-mixer RMSNorm
+  Mamba1Weights m1;
+  Mamba2Weights m2;
+};
+
+// Per-forward scratch, grown to the high-water mark and then reused (no allocation once warm).
+struct ForwardScratch {
+  std::vector<float> h, xn, mix, rows;
+  Mamba1Scratch m1;
+  Mamba2Scratch m2;
+  std::vector<SeqRun> runs;
+};
+
+class Model {
+ public:
+  static Model load(const std::filesystem::path& dir, const LoadOptions& opt = {});
+
+  const HybridConfig& config() const { return cfg_; }
+  std::vector<LayerStateSpec> state_specs() const;
+  size_t param_count() const { return params_; }
+  size_t weight_bytes() const;
+
+  // tokens: the runs' tokens concatenated, in run order. logit_rows: rows (indices into tokens)
+  // whose logits are wanted, ascending or not; logits: (logit_rows.size(), vocab).
+  // Validates everything before touching any state: a bad token id or slot throws Error and
+  // leaves every slot as it was.
+  void forward(const KernelContext& ctx, std::span<const int32_t> tokens, std::span<const BatchRun> runs,
+               StatePool& pool, std::span<const int> logit_rows, float* logits, ForwardScratch& scratch) const;
+
+ private:
+  HybridConfig cfg_;
+  Matrix embedding_;
+  Matrix lm_head_;  // empty when tied
+  std::vector<float> norm_f_;
+  std::vector<LayerWeights> layers_;
+  size_t params_ = 0;
+};
+
+}  // namespace hybridlm

@@ -1,0 +1,47 @@
+// Weights in memory, converted once at load from the checkpoint's dtype (f32/bf16/f16 on disk) to
+// the compute-side storage: big matrices in the requested --dtype (f32 or bf16), small vectors f32.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "io/safetensors.h"
+#include "kernels/kernels.h"
+
+namespace hybridlm {
+
+enum class WeightDType { F32, BF16 };
+// "f32" / "bf16"; throws Error otherwise.
+WeightDType parse_weight_dtype(const std::string& s);
+
+struct Matrix {
+  DType dtype = DType::F32;
+  int rows = 0, cols = 0;
+  std::vector<float> f32;
+  std::vector<uint16_t> bf16;
+  WeightView view() const {
+    return {dtype, dtype == DType::BF16 ? static_cast<const void*>(bf16.data()) : f32.data(), rows, cols};
+  }
+  size_t bytes() const { return static_cast<size_t>(rows) * cols * (dtype == DType::BF16 ? 2 : 4); }
+};
+
+// Reads tensors from a checkpoint with shape checks whose errors name the tensor.
+class WeightReader {
+ public:
+  WeightReader(const Checkpoint& ckpt, WeightDType dtype) : ckpt_(ckpt), dtype_(dtype) {}
+  // A (rows, cols) matrix; `shape` may carry extra unit dims (conv1d (C, 1, K) is read as (C, K)).
+  Matrix matrix(const std::string& name, std::vector<int64_t> shape) const;
+  std::vector<float> vector(const std::string& name, std::vector<int64_t> shape) const;
+  bool has(const std::string& name) const { return ckpt_.find(name) != nullptr; }
+  const TensorInfo* find(const std::string& name) const { return ckpt_.find(name); }
+  size_t params_read() const { return params_; }
+
+ private:
+  const TensorInfo& checked(const std::string& name, const std::vector<int64_t>& shape) const;
+  const Checkpoint& ckpt_;
+  WeightDType dtype_;
+  mutable size_t params_ = 0;
+};
+
+}  // namespace hybridlm

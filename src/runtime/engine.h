@@ -1,0 +1,90 @@
+// The runtime: a loaded model, a thread pool, the per-sequence state slots and the forward
+// scratch, with the operations generation is built from (ARCHITECTURE.md sections 4-5).
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "base/thread_pool.h"
+#include "cache/state_pool.h"
+#include "io/tokenizer.h"
+#include "models/model.h"
+#include "runtime/sampler.h"
+
+namespace hybridlm {
+
+struct EngineOptions {
+  LoadOptions load;
+  int threads = 0;        // 0 = hardware concurrency
+  int max_sequences = 8;  // state slots
+};
+
+class Engine {
+ public:
+  Engine(const std::filesystem::path& dir, const EngineOptions& opt);
+
+  const Model& model() const { return model_; }
+  StatePool& states() { return *states_; }
+  int vocab_size() const { return model_.config().vocab_size; }
+  int threads() const { return pool_.size(); }
+
+  int new_sequence() { return states_->acquire(); }
+  void free_sequence(int slot) { states_->release(slot); }
+
+  // One varlen forward step: runs[i] continues slot runs[i].slot with runs[i].len tokens taken in
+  // order from `tokens`. Returns logits (rows, vocab) for the requested rows.
+  std::vector<float> step(std::span<const int32_t> tokens, std::span<const BatchRun> runs,
+                          std::span<const int> logit_rows);
+  // Feeds `tokens` to one sequence in chunks of at most `chunk` tokens; returns the logits of
+  // every position when all_logits, else of the last position only.
+  std::vector<float> prefill(int slot, std::span<const int32_t> tokens, bool all_logits, int chunk = 512);
+
+ private:
+  Model model_;
+  ThreadPool pool_;
+  KernelContext ctx_;
+  std::unique_ptr<StatePool> states_;
+  ForwardScratch scratch_;
+};
+
+struct GenerateOptions {
+  int max_new_tokens = 128;
+  SamplingParams sampling;
+  std::vector<std::string> stop_strings;
+  bool stop_at_eos = true;
+  std::optional<int32_t> eos_id;
+};
+
+struct GenerateResult {
+  std::vector<int32_t> tokens;  // generated ids
+  std::string text;             // generated text (cut before a stop string)
+  std::string stop_reason;      // "eos", "length", "stop"
+  int prompt_tokens = 0;
+  double prompt_seconds = 0, generate_seconds = 0;
+};
+
+// Prefill `prompt` in a fresh sequence, then sample up to max_new_tokens. on_text receives the text
+// as it becomes final: complete UTF-8 characters only, never a part of a stop string.
+GenerateResult generate(Engine& engine, const Tokenizer& tok, std::span<const int32_t> prompt,
+                        const GenerateOptions& opt, const std::function<void(const std::string&)>& on_text);
+
+// Holds back text that may still turn into a stop string. push() returns what is safe to print;
+// stopped() tells that a stop string was seen (the text before it has been returned).
+class StopMatcher {
+ public:
+  explicit StopMatcher(std::vector<std::string> stops) : stops_(std::move(stops)) {}
+  std::string push(const std::string& text);
+  std::string flush();
+  bool stopped() const { return stopped_; }
+
+ private:
+  std::vector<std::string> stops_;
+  std::string held_;
+  bool stopped_ = false;
+};
+
+}  // namespace hybridlm

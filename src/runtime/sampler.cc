@@ -1,0 +1,80 @@
+#include "runtime/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "base/error.h"
+
+namespace hybridlm {
+
+void validate(const SamplingParams& p) {
+  check(p.temperature >= 0 && std::isfinite(p.temperature), "--temperature must be >= 0");
+  check(p.top_k >= 0, "--top-k must be >= 0");
+  check(p.top_p > 0 && p.top_p <= 1, "--top-p must be in (0, 1]");
+  check(p.min_p >= 0 && p.min_p <= 1, "--min-p must be in [0, 1]");
+  check(p.repetition_penalty > 0 && std::isfinite(p.repetition_penalty), "--repeat-penalty must be > 0");
+}
+
+Sampler::Sampler(const SamplingParams& p) : p_(p), rng_(p.seed) { validate(p); }
+
+int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> history) {
+  const int V = static_cast<int>(logits.size());
+  if (p_.repetition_penalty != 1.0f) {
+    std::vector<uint8_t> seen(V, 0);
+    for (int32_t t : history)
+      if (t >= 0 && t < V && !seen[t]) {
+        seen[t] = 1;
+        float& l = logits[t];
+        l = l > 0 ? l / p_.repetition_penalty : l * p_.repetition_penalty;
+      }
+  }
+  if (p_.temperature == 0.0f)  // greedy: first maximum
+    return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+
+  cand_.clear();
+  for (int i = 0; i < V; ++i) cand_.emplace_back(logits[i] / p_.temperature, i);
+  auto by_logit = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
+  size_t n = cand_.size();
+  if (p_.top_k > 0 && static_cast<size_t>(p_.top_k) < n) {
+    std::partial_sort(cand_.begin(), cand_.begin() + p_.top_k, cand_.end(), by_logit);
+    n = static_cast<size_t>(p_.top_k);
+  } else {
+    std::sort(cand_.begin(), cand_.end(), by_logit);
+  }
+  // softmax over the survivors (sorted, highest first)
+  const float mx = cand_[0].first;
+  double sum = 0;
+  for (size_t i = 0; i < n; ++i) {
+    cand_[i].first = std::exp(cand_[i].first - mx);
+    sum += cand_[i].first;
+  }
+  for (size_t i = 0; i < n; ++i) cand_[i].first = static_cast<float>(cand_[i].first / sum);
+  if (p_.min_p > 0) {
+    const float floor = p_.min_p * cand_[0].first;
+    size_t keep = 1;
+    while (keep < n && cand_[keep].first >= floor) ++keep;
+    n = keep;
+  }
+  if (p_.top_p < 1) {
+    double cum = 0;
+    size_t keep = 0;
+    while (keep < n) {
+      cum += cand_[keep].first;
+      ++keep;
+      if (cum >= p_.top_p) break;
+    }
+    n = keep;
+  }
+  double total = 0;
+  for (size_t i = 0; i < n; ++i) total += cand_[i].first;
+  std::uniform_real_distribution<double> u(0.0, total);
+  double r = u(rng_);
+  for (size_t i = 0; i < n; ++i) {
+    r -= cand_[i].first;
+    if (r <= 0) return cand_[i].second;
+  }
+  return cand_[n - 1].second;
+}
+
+}  // namespace hybridlm

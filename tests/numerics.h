@@ -1,0 +1,19 @@
+// The one tolerance table of the test suite, keyed by (op, dtype). Each entry says why it is what it is.
+#pragma once
+
+namespace hybridlm::tol {
+
+// cpu vs ref kernels, f32: the ref accumulates in double, cpu in f32 with a different order;
+// errors grow ~ sqrt(K) * 2^-24 * |terms|. Relative to max(1, max|ref|).
+constexpr double kMatmulF32 = 2e-5;
+// bf16 weights: both sides read the same bf16 values, so only accumulation order differs.
+constexpr double kMatmulBF16 = 2e-5;
+constexpr double kNorm = 1e-5;
+constexpr double kConv = 1e-5;
+// Scans: exp() of f32 arguments and long recurrences in f32 vs double.
+constexpr double kMamba1Scan = 2e-5;
+constexpr double kSsdScan = 5e-5;
+// Full model: decode (chunk of 1) vs prefill (chunked SSD) differ only by f32 summation order.
+constexpr double kDecodeVsPrefill = 1e-4;
+
+}  // namespace hybridlm::tol
