@@ -1,0 +1,96 @@
+// config.json adapters: Hugging Face defaults, dispatch, and one clear error per bad config.
+#include <gtest/gtest.h>
+
+#include "base/error.h"
+#include "models/config.h"
+
+namespace hybridlm {
+namespace {
+
+using nlohmann::json;
+
+std::string error_of(const json& j) {
+  try {
+    parse_config(j, "config.json");
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(Config, MambaDefaultsFollowTransformers) {
+  HybridConfig c = parse_config(json{{"architectures", {"MambaForCausalLM"}}, {"hidden_size", 768},
+                                     {"num_hidden_layers", 24}, {"vocab_size", 50280}},
+                                "config.json");
+  EXPECT_EQ(c.family, "mamba");
+  ASSERT_EQ(c.n_layers(), 24);
+  const Mamba1Spec& m = c.blocks[0].m1;
+  EXPECT_EQ(m.d_inner, 1536);
+  EXPECT_EQ(m.d_state, 16);
+  EXPECT_EQ(m.d_conv, 4);
+  EXPECT_EQ(m.dt_rank, 48);  // ceil(768 / 16)
+  EXPECT_FALSE(m.proj_bias);
+  EXPECT_TRUE(m.conv_bias);
+  EXPECT_FALSE(m.dt_bc_rms);
+  EXPECT_TRUE(c.tie_embeddings);
+  EXPECT_EQ(c.layer_pattern(), "mamba1 x24");
+}
+
+TEST(Config, FalconMambaHasDtBcNorms) {
+  HybridConfig c = parse_config(json{{"model_type", "falcon_mamba"}, {"hidden_size", 64}, {"num_hidden_layers", 2},
+                                     {"time_step_rank", "auto"}, {"mixer_rms_eps", 1e-5}},
+                                "config.json");
+  EXPECT_EQ(c.family, "falcon_mamba");
+  EXPECT_TRUE(c.blocks[0].m1.dt_bc_rms);
+  EXPECT_FLOAT_EQ(c.blocks[0].m1.dt_bc_rms_eps, 1e-5f);
+  EXPECT_EQ(c.blocks[0].m1.dt_rank, 4);
+}
+
+TEST(Config, Mamba2CodestralShape) {
+  HybridConfig c = parse_config(json{{"architectures", {"Mamba2ForCausalLM"}}, {"hidden_size", 4096},
+                                     {"num_hidden_layers", 64}, {"num_heads", 128}, {"head_dim", 64},
+                                     {"state_size", 128}, {"n_groups", 8}, {"vocab_size", 32768},
+                                     {"time_step_limit", {0.0, "Infinity"}}},
+                                "config.json");
+  const Mamba2Spec& m = c.blocks[0].m2;
+  EXPECT_EQ(m.d_inner, 8192);
+  EXPECT_EQ(m.conv_dim(), 8192 + 2 * 8 * 128);
+  EXPECT_EQ(m.in_proj_dim(), 2 * 8192 + 2 * 8 * 128 + 128);
+  EXPECT_EQ(m.norm_grouping, NormGrouping::Grouped);
+  EXPECT_TRUE(std::isinf(m.dt_max));
+  EXPECT_FALSE(c.tie_embeddings);  // Mamba2Config default
+}
+
+TEST(Config, BadConfigsNameTheProblem) {
+  const json base = {{"model_type", "mamba2"}, {"hidden_size", 64}, {"num_heads", 8}, {"head_dim", 16},
+                     {"n_groups", 1}, {"num_hidden_layers", 2}};
+  EXPECT_EQ(error_of(base), "(no error)");
+  json j = base;
+  j["head_dim"] = 10;
+  {
+    const std::string e = error_of(j);
+    EXPECT_NE(e.find("num_heads x head_dim = 80 must equal expand x hidden_size = 128"), std::string::npos) << e;
+  }
+  j = base;
+  j["n_groups"] = 3;
+  EXPECT_NE(error_of(j).find("n_groups = 3: must divide num_heads"), std::string::npos) << error_of(j);
+  j = base;
+  j["num_hidden_layers"] = -1;
+  EXPECT_NE(error_of(j).find("num_hidden_layers = -1: must be a positive integer"), std::string::npos);
+  j = base;
+  j["hidden_size"] = "big";
+  EXPECT_NE(error_of(j).find("hidden_size = \"big\": expected an integer"), std::string::npos);
+  j = base;
+  j["time_step_limit"] = {0.1, 0.01};
+  EXPECT_NE(error_of(j).find("time_step_limit"), std::string::npos);
+  j = base;
+  j.erase("model_type");
+  EXPECT_NE(error_of(j).find("unsupported model (model_type ''"), std::string::npos) << error_of(j);
+  j = base;
+  j["model_type"] = "llama";
+  EXPECT_NE(error_of(j).find("model_type 'llama'"), std::string::npos);
+  EXPECT_NE(error_of(json::array()).find("expected a JSON object"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace hybridlm

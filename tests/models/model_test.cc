@@ -1,0 +1,247 @@
+// Model-level invariants on random-weight HF-layout checkpoints (tests/models/make_fixtures.sh):
+// full forward == prefill(k) + decode(rest) for every k == any chunking; a sequence's logits are
+// identical alone and inside a varlen batch; a failed step leaves the state as it was.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <random>
+#include <unistd.h>
+
+#include "io/safetensors.h"
+
+#include "base/error.h"
+#include "numerics.h"
+#include "runtime/engine.h"
+
+namespace hybridlm {
+namespace {
+
+std::filesystem::path fixtures() {
+  const char* d = std::getenv("HYBRIDLM_TEST_MODELS");
+  if (!d) throw std::runtime_error("HYBRIDLM_TEST_MODELS is not set (run through ctest)");
+  return d;
+}
+
+const char* kModels[] = {"mamba1", "falcon_mamba", "mamba2_g2", "mamba2_bf16"};
+
+std::vector<int32_t> random_ids(int n, int vocab, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<int32_t> ids(n);
+  for (auto& v : ids) v = static_cast<int32_t>(rng() % vocab);
+  return ids;
+}
+
+double rel_err(const float* a, const float* b, size_t n) {
+  double mx = 1, err = 0;
+  for (size_t i = 0; i < n; ++i) {
+    mx = std::max(mx, std::fabs(static_cast<double>(b[i])));
+    err = std::max(err, std::fabs(static_cast<double>(a[i]) - b[i]));
+  }
+  return err / mx;
+}
+
+EngineOptions opts(int max_seqs = 4) {
+  EngineOptions o;
+  o.threads = 2;
+  o.max_sequences = max_seqs;
+  return o;
+}
+
+class ModelInvariants : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(ModelInvariants, DecodeEqualsPrefillAtEverySplit) {
+  Engine e(fixtures() / GetParam(), opts());
+  const int T = 29, V = e.vocab_size();
+  const auto ids = random_ids(T, V, 7);
+  const int s0 = e.new_sequence();
+  const std::vector<float> full = e.prefill(s0, ids, true);
+  e.free_sequence(s0);
+  for (int k = 1; k < T; ++k) {
+    SCOPED_TRACE("k=" + std::to_string(k));
+    const int s = e.new_sequence();
+    std::vector<float> got = e.prefill(s, std::span(ids).first(k), true);
+    for (int t = k; t < T; ++t) {
+      const BatchRun run{s, 1};
+      const int row = 0;
+      std::vector<float> l = e.step(std::span(ids).subspan(t, 1), std::span(&run, 1), std::span(&row, 1));
+      got.insert(got.end(), l.begin(), l.end());
+    }
+    e.free_sequence(s);
+    ASSERT_LT(rel_err(got.data(), full.data(), full.size()), tol::kDecodeVsPrefill);
+  }
+}
+
+TEST_P(ModelInvariants, RandomChunkingsEqualFullForward) {
+  Engine e(fixtures() / GetParam(), opts());
+  const int T = 41, V = e.vocab_size();
+  const auto ids = random_ids(T, V, 8);
+  const int s0 = e.new_sequence();
+  const std::vector<float> full = e.prefill(s0, ids, true);
+  e.free_sequence(s0);
+  std::mt19937 rng(9);
+  for (int trial = 0; trial < 6; ++trial) {
+    const int s = e.new_sequence();
+    std::vector<float> got;
+    for (int t = 0; t < T;) {
+      const int n = std::min(T - t, 1 + static_cast<int>(rng() % 13));
+      std::vector<float> l = e.prefill(s, std::span(ids).subspan(t, n), true);
+      got.insert(got.end(), l.begin(), l.end());
+      t += n;
+    }
+    e.free_sequence(s);
+    ASSERT_LT(rel_err(got.data(), full.data(), full.size()), tol::kDecodeVsPrefill) << "trial " << trial;
+  }
+}
+
+TEST_P(ModelInvariants, SequenceAloneEqualsInsideVarlenBatch) {
+  Engine e(fixtures() / GetParam(), opts());
+  const int V = e.vocab_size();
+  const int lens[3] = {13, 1, 22};
+  std::vector<std::vector<int32_t>> ids;
+  std::vector<std::vector<float>> alone;
+  for (int i = 0; i < 3; ++i) {
+    ids.push_back(random_ids(lens[i] + 3, V, 100 + i));
+    const int s = e.new_sequence();
+    alone.push_back(e.prefill(s, ids[i], true));
+    e.free_sequence(s);
+  }
+  // Batched: step 1 prefills the first lens[i] tokens of all three at once; then 3 decode steps
+  // with all three sequences in one batch.
+  int slots[3];
+  for (int& s : slots) s = e.new_sequence();
+  std::vector<int32_t> toks;
+  std::vector<BatchRun> runs;
+  std::vector<int> rows;
+  for (int i = 0; i < 3; ++i) {
+    for (int t = 0; t < lens[i]; ++t) rows.push_back(static_cast<int>(toks.size()) + t);
+    toks.insert(toks.end(), ids[i].begin(), ids[i].begin() + lens[i]);
+    runs.push_back({slots[i], lens[i]});
+  }
+  std::vector<float> batched = e.step(toks, runs, rows);
+  size_t off = 0;
+  for (int i = 0; i < 3; ++i) {
+    for (size_t j = 0; j < static_cast<size_t>(lens[i]) * V; ++j)
+      ASSERT_EQ(batched[off + j], alone[i][j]) << "sequence " << i << " prefill inside a batch";
+    off += static_cast<size_t>(lens[i]) * V;
+  }
+  for (int step = 0; step < 3; ++step) {
+    toks.clear();
+    runs.clear();
+    rows = {0, 1, 2};
+    for (int i = 0; i < 3; ++i) {
+      toks.push_back(ids[i][lens[i] + step]);
+      runs.push_back({slots[i], 1});
+    }
+    std::vector<float> l = e.step(toks, runs, rows);
+    for (int i = 0; i < 3; ++i)
+      ASSERT_LT(rel_err(l.data() + static_cast<size_t>(i) * V,
+                        alone[i].data() + static_cast<size_t>(lens[i] + step) * V, V),
+                tol::kDecodeVsPrefill)
+          << "sequence " << i << " decode step " << step;
+  }
+}
+
+TEST_P(ModelInvariants, ForkedSequencesContinueIndependently) {
+  Engine e(fixtures() / GetParam(), opts());
+  const int V = e.vocab_size();
+  const auto prefix = random_ids(11, V, 11), a = random_ids(5, V, 12), b = random_ids(5, V, 13);
+  auto run_alone = [&](const std::vector<int32_t>& tail) {
+    const int s = e.new_sequence();
+    e.prefill(s, prefix, false);
+    std::vector<float> l = e.prefill(s, tail, true);
+    e.free_sequence(s);
+    return l;
+  };
+  const auto ra = run_alone(a), rb = run_alone(b);
+  const int parent = e.new_sequence();
+  e.prefill(parent, prefix, false);
+  const int child = e.new_sequence();
+  e.states().copy(parent, child);
+  const auto fa = e.prefill(parent, a, true), fb = e.prefill(child, b, true);
+  for (size_t i = 0; i < ra.size(); ++i) ASSERT_EQ(fa[i], ra[i]);
+  for (size_t i = 0; i < rb.size(); ++i) ASSERT_EQ(fb[i], rb[i]);
+}
+
+TEST_P(ModelInvariants, BadTokenFailsAndLeavesStateUntouched) {
+  Engine e(fixtures() / GetParam(), opts());
+  const int V = e.vocab_size();
+  const int s = e.new_sequence();
+  e.prefill(s, random_ids(5, V, 14), false);
+  const std::vector<float> before(e.states().slot_data(s), e.states().slot_data(s) + e.states().slot_floats());
+  const std::vector<int32_t> bad = {1, 2, V};
+  try {
+    e.prefill(s, bad, false);
+    FAIL() << "expected an error";
+  } catch (const Error& err) {
+    EXPECT_NE(std::string(err.what()).find("token id " + std::to_string(V) + " is outside the vocabulary"),
+              std::string::npos)
+        << err.what();
+  }
+  const std::vector<float> after(e.states().slot_data(s), e.states().slot_data(s) + e.states().slot_floats());
+  EXPECT_EQ(before, after);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, ModelInvariants, ::testing::ValuesIn(kModels));
+
+}  // namespace
+}  // namespace hybridlm
+
+namespace hybridlm {
+namespace {
+
+// Copies a fixture, rewriting its model.safetensors through `edit` (drop or reshape a tensor).
+std::filesystem::path edited_fixture(const std::string& name, const std::string& tag,
+                                     const std::function<void(std::vector<TensorToWrite>&)>& edit) {
+  const auto src = fixtures() / name;
+  const auto dst = std::filesystem::temp_directory_path() / ("hybridlm_test_" + tag + "_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dst);
+  std::filesystem::create_directories(dst);
+  std::filesystem::copy_file(src / "config.json", dst / "config.json");
+  const SafetensorsFile f = SafetensorsFile::open(src / "model.safetensors");
+  std::vector<TensorToWrite> ts;
+  for (const auto& [n, t] : f.tensors()) ts.push_back({n, t.dtype, t.shape, {t.data, t.nbytes}});
+  edit(ts);
+  write_safetensors(dst / "model.safetensors", ts);
+  return dst;
+}
+
+std::string load_error(const std::filesystem::path& dir) {
+  try {
+    Engine e(dir, opts());
+  } catch (const Error& err) {
+    return err.what();
+  }
+  return "(no error)";
+}
+
+TEST(LoaderErrors, MissingTensorIsNamed) {
+  const auto dir = edited_fixture("mamba2_g2", "missing", [](std::vector<TensorToWrite>& ts) {
+    std::erase_if(ts, [](const TensorToWrite& t) { return t.name == "backbone.layers.1.mixer.dt_bias"; });
+  });
+  EXPECT_NE(load_error(dir).find("missing tensor 'backbone.layers.1.mixer.dt_bias'"), std::string::npos)
+      << load_error(dir);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(LoaderErrors, WrongShapeIsNamed) {
+  std::vector<uint8_t> junk(64 * 4 * 2, 0);
+  const auto dir = edited_fixture("mamba1", "shape", [&](std::vector<TensorToWrite>& ts) {
+    for (auto& t : ts)
+      if (t.name == "backbone.norm_f.weight") {
+        t.shape = {2, 64};
+        t.dtype = DType::F32;
+        t.bytes = {junk.data(), junk.size()};
+      }
+  });
+  const std::string e = load_error(dir);
+  EXPECT_NE(e.find("tensor 'backbone.norm_f.weight' has shape (2, 64), expected (64,)"), std::string::npos) << e;
+  std::filesystem::remove_all(dir);
+}
+
+TEST(LoaderErrors, NotAModelDirectory) {
+  EXPECT_NE(load_error("/nonexistent/dir").find("config.json: cannot open"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace hybridlm
