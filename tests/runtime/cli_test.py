@@ -1,0 +1,131 @@
+#!/usr/bin/env python3
+"""The hybridlm CLI contract: subcommands, flags, exit codes (0 ok, 1 user error, 2 usage), the .npy
+output of `score`, and one-line error messages that name the problem.
+
+usage: cli_test.py HYBRIDLM MAKE_CHECKPOINT_PY SHARED_DATA SCRATCH
+Prints one line per check and a final `N passed, M failed`.
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+
+exe, tool, shared, scratch = sys.argv[1:5]
+neox = os.path.join(shared, "tokenizers", "gpt-neox-20b", "tokenizer.json")
+results = []
+
+
+def run(*args, stdin=None):
+    p = subprocess.run([exe, *args], capture_output=True, text=True, timeout=120, input=stdin)
+    return p.returncode, p.stdout, p.stderr
+
+
+def check(name, cond, detail=""):
+    results.append(bool(cond))
+    print(("PASS " if cond else "FAIL ") + name + ("" if cond else f"  [{detail}]"))
+
+
+def expect_error(name, args, code, needle):
+    rc, out, err = run(*args)
+    lines = [l for l in err.strip().splitlines() if l]
+    check(name, rc == code and any(needle in l for l in lines) and len(lines) == 1,
+          f"rc={rc} stderr={err.strip()[:300]!r}")
+
+
+if not os.path.exists(neox):
+    print(f"FAIL shared tokenizer missing: {neox}")
+    print("0 passed, 1 failed")
+    sys.exit(1)
+
+shutil.rmtree(scratch, ignore_errors=True)
+os.makedirs(scratch)
+m2 = os.path.join(scratch, "m2")
+subprocess.run(["/usr/bin/python3", tool, "--preset", "mamba2-tiny", "--out", m2, "--tokenizer", neox, "--seed", "5"],
+               check=True, capture_output=True)
+m1 = os.path.join(scratch, "m1")
+subprocess.run(["/usr/bin/python3", tool, "--preset", "mamba-tiny", "--out", m1, "--tokenizer", neox, "--seed", "6"],
+               check=True, capture_output=True)
+
+# --help everywhere, usage errors exit 2.
+for sub in ["generate", "score", "perplexity", "tokenize", "inspect"]:
+    rc, out, _ = run(sub, "--help")
+    check(f"{sub} --help", rc == 0 and "-m" in out, out[:200])
+check("no subcommand is a usage error", run()[0] == 2)
+check("unknown flag is a usage error", run("generate", "-m", m2, "-p", "x", "--bogus")[0] == 2)
+check("missing required flag is a usage error", run("score", "-m", m2)[0] == 2)
+
+# tokenize: JSON ids and --decode back to the text.
+text = "Hello world, state spaces!"
+rc, out, err = run("tokenize", "-m", m2, "-p", text)
+ids = json.loads(out) if rc == 0 else []
+check("tokenize prints a JSON array of ids", rc == 0 and ids and all(isinstance(i, int) for i in ids), err)
+rc, out, err = run("tokenize", "-m", m2, "--decode", ",".join(map(str, ids)))
+check("tokenize --decode inverts tokenize", rc == 0 and out.rstrip("\n") == text, out)
+
+# score: float32 (tokens, vocab) .npy, equal for --ids and -p of the same tokens.
+npy = os.path.join(scratch, "a.npy")
+rc, _, err = run("score", "-m", m2, "--ids", ",".join(map(str, ids)), "--logits-out", npy)
+a = np.load(npy) if rc == 0 else None
+check("score --ids writes float32 (tokens, vocab)", a is not None and a.dtype == np.float32 and a.shape == (len(ids), 50288), err)
+rc, _, err = run("score", "-m", m2, "-p", text, "--logits-out", npy + "2.npy")
+b = np.load(npy + "2.npy") if rc == 0 else None
+check("score -p equals score --ids", b is not None and a is not None and np.array_equal(a, b), err)
+
+# generate: greedy is deterministic; the prompt is echoed; rates go to stderr.
+rc1, out1, err1 = run("generate", "-m", m2, "-p", "Once upon a time", "-n", "12", "--temperature", "0")
+rc2, out2, _ = run("generate", "-m", m2, "-p", "Once upon a time", "-n", "12", "--temperature", "0", "-t", "1")
+check("generate greedy runs and streams text", rc1 == 0 and out1.startswith("Once upon a time") and len(out1) > 16, err1)
+check("generate reports tokens/s on stderr", "prompt eval:" in err1 and "generation:" in err1 and "tokens/s" in err1, err1)
+check("greedy output does not depend on thread count", out1 == out2, (out1, out2))
+rc3, out3, _ = run("generate", "-m", m2, "-p", "Hi", "-n", "10", "--seed", "3", "--temperature", "1", "--top-k", "50", "--top-p", "0.9")
+rc4, out4, _ = run("generate", "-m", m2, "-p", "Hi", "-n", "10", "--seed", "3", "--temperature", "1", "--top-k", "50", "--top-p", "0.9")
+check("same seed, same sampled text", rc3 == 0 and out3 == out4)
+rc, out, err = run("generate", "-m", m1, "-p", "The", "-n", "8", "--dtype", "bf16", "--temperature", "0")
+check("generate --dtype bf16 on mamba-1", rc == 0 and out.startswith("The"), err)
+
+# perplexity and inspect.
+txt = os.path.join(scratch, "t.txt")
+with open(txt, "w") as f:
+    f.write("First Citizen:\nBefore we proceed any further, hear me speak.\n" * 4)
+rc, out, err = run("perplexity", "-m", m2, "-f", txt, "--ctx", "16")
+ok = rc == 0 and out.startswith("perplexity: ")
+ppl = float(out.split()[1]) if ok else 0
+check("perplexity prints a finite value", ok and 1 < ppl < 1e9, out + err)
+rc, out, err = run("inspect", "-m", m1)
+check("inspect names family, pattern, params, bytes, state",
+      rc == 0 and all(k in out for k in ["family:         mamba", "layer pattern:  mamba1 x2", "parameters:", "weight bytes:", "state / seq:"]), out + err)
+
+# Bad input: exit 1, one line naming the problem.
+expect_error("id outside the vocabulary", ["score", "-m", m2, "--ids", "1,50288", "--logits-out", npy], 1,
+             "token id 50288 is outside the vocabulary (size 50288)")
+expect_error("malformed --ids", ["score", "-m", m2, "--ids", "1,x", "--logits-out", npy], 1, "--ids: 'x' is not a token id")
+expect_error("missing model dir", ["inspect", "-m", os.path.join(scratch, "nope")], 1, "config.json: cannot open")
+expect_error("bad --dtype", ["inspect", "-m", m2, "--dtype", "q4"], 1, "--dtype q4: unsupported")
+
+bad = os.path.join(scratch, "bad")
+shutil.copytree(m2, bad)
+with open(os.path.join(bad, "config.json"), "w") as f:
+    f.write("{\"model_type\": \"mamba2\", ")
+expect_error("malformed config.json", ["inspect", "-m", bad], 1, "config.json: malformed JSON")
+shutil.copy(os.path.join(m2, "config.json"), os.path.join(bad, "config.json"))
+st = os.path.join(bad, "model.safetensors")
+size = os.path.getsize(st)
+with open(st, "r+b") as f:
+    f.truncate(size - 100)
+expect_error("truncated safetensors", ["inspect", "-m", bad], 1, "model.safetensors")
+shutil.copy(os.path.join(m2, "model.safetensors"), st)
+with open(os.path.join(bad, "tokenizer.json"), "w") as f:
+    f.write("{\"model\": ")
+expect_error("malformed tokenizer.json", ["tokenize", "-m", bad, "-p", "hi"], 1, "tokenizer.json")
+with open(os.path.join(m2, "config.json")) as f:
+    cfg_text = f.read()
+with open(os.path.join(bad, "config.json"), "w") as f:
+    f.write(cfg_text.replace('"head_dim": 16', '"head_dim": 10'))
+expect_error("impossible config value", ["inspect", "-m", bad], 1, "num_heads x head_dim")
+
+passed = sum(results)
+print(f"{passed} passed, {len(results) - passed} failed")
+sys.exit(0 if passed == len(results) else 1)

@@ -1,0 +1,121 @@
+// Sampling filters against hand-computed distributions, and the stop-string holdback.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+
+#include "base/error.h"
+#include "runtime/engine.h"
+#include "runtime/sampler.h"
+
+namespace hybridlm {
+namespace {
+
+std::map<int, int> histogram(SamplingParams p, const std::vector<float>& logits, int draws,
+                             const std::vector<int32_t>& history = {}) {
+  Sampler s(p);
+  std::map<int, int> h;
+  for (int i = 0; i < draws; ++i) {
+    std::vector<float> l = logits;
+    ++h[s.sample(l, history)];
+  }
+  return h;
+}
+
+TEST(Sampler, GreedyTakesTheFirstMaximum) {
+  SamplingParams p;
+  p.temperature = 0;
+  Sampler s(p);
+  std::vector<float> l = {0.1f, 3.0f, -1.0f, 3.0f};
+  EXPECT_EQ(s.sample(l, {}), 1);
+}
+
+TEST(Sampler, TopKKeepsOnlyKTokensWithSoftmaxWeights) {
+  SamplingParams p;
+  p.temperature = 1;
+  p.top_k = 2;
+  p.top_p = 1;
+  p.min_p = 0;
+  // p(0) : p(1) = e^2 : e^1 among the top 2; token 2 never drawn.
+  auto h = histogram(p, {2.0f, 1.0f, 0.5f, -3.0f}, 20000);
+  EXPECT_EQ(h.count(2) + h.count(3), 0u);
+  const double expected = std::exp(2.0) / (std::exp(2.0) + std::exp(1.0));
+  EXPECT_NEAR(h[0] / 20000.0, expected, 0.015);
+}
+
+TEST(Sampler, TopPAndMinPCutTheTail) {
+  SamplingParams p;
+  p.temperature = 1;
+  p.top_k = 0;
+  p.min_p = 0;
+  p.top_p = 0.5f;  // probabilities ~ (0.665, 0.245, 0.09): top-p 0.5 keeps only token 0
+  auto h = histogram(p, {2.0f, 1.0f, 0.0f}, 500);
+  EXPECT_EQ(h[0], 500);
+  p.top_p = 1;
+  p.min_p = 0.3f;  // keep p >= 0.3 * 0.665 = 0.2: tokens 0 and 1
+  h = histogram(p, {2.0f, 1.0f, 0.0f}, 5000);
+  EXPECT_EQ(h.count(2), 0u);
+  EXPECT_GT(h[1], 0);
+}
+
+TEST(Sampler, SameSeedSameDrawsAndRepetitionPenalty) {
+  SamplingParams p;
+  p.temperature = 1.0f;
+  p.seed = 42;
+  const std::vector<float> logits = {1.0f, 1.1f, 0.9f, 1.05f, 0.3f};
+  std::vector<int> a, b;
+  for (auto* out : {&a, &b}) {
+    Sampler s(p);
+    for (int i = 0; i < 50; ++i) {
+      std::vector<float> l = logits;
+      out->push_back(s.sample(l, {}));
+    }
+  }
+  EXPECT_EQ(a, b);
+  // HF semantics: positive logits divided, negative multiplied, once per distinct token.
+  SamplingParams g;
+  g.temperature = 0;
+  g.repetition_penalty = 2.0f;
+  Sampler s(g);
+  std::vector<float> l = {3.0f, 2.0f, -1.0f};
+  EXPECT_EQ(s.sample(l, std::vector<int32_t>{0, 0, 2}), 1);
+  EXPECT_FLOAT_EQ(l[0], 1.5f);
+  EXPECT_FLOAT_EQ(l[2], -2.0f);
+}
+
+TEST(Sampler, RejectsBadParameters) {
+  SamplingParams p;
+  p.top_p = 0;
+  EXPECT_THROW(validate(p), Error);
+  p = {};
+  p.temperature = -1;
+  EXPECT_THROW(validate(p), Error);
+}
+
+TEST(StopMatcher, HoldsBackPossiblePrefixesAndCutsAtTheStop) {
+  StopMatcher m({"\n\nUser:", "END"});
+  std::string out;
+  out += m.push("Hello");
+  out += m.push(" wor");
+  out += m.push("ld\n");
+  EXPECT_EQ(out, "Hello world");  // "\n" might start a stop string: held back
+  out += m.push("\nUs");
+  EXPECT_EQ(out, "Hello world");
+  out += m.push("er: hi");
+  EXPECT_TRUE(m.stopped());
+  EXPECT_EQ(out, "Hello world");
+  StopMatcher n({"END"});
+  std::string o = n.push("the EN");
+  o += n.push("D? no, ENDING");
+  EXPECT_TRUE(n.stopped());
+  EXPECT_EQ(o, "the ");
+  StopMatcher q({"xyz"});
+  std::string r = q.push("ab");
+  r += q.push("cx");
+  r += q.flush();
+  EXPECT_FALSE(q.stopped());
+  EXPECT_EQ(r, "abcx");
+}
+
+}  // namespace
+}  // namespace hybridlm
