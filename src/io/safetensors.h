@@ -47,6 +47,13 @@ class SafetensorsFile {
 // A checkpoint directory: model.safetensors, or the shards named by model.safetensors.index.json.
 class Checkpoint {
  public:
+  Checkpoint() = default;
+  // index_ points into files_; a copy rebuilds it so it points into the copy's own files.
+  Checkpoint(const Checkpoint& other);
+  Checkpoint& operator=(const Checkpoint& other);
+  Checkpoint(Checkpoint&&) noexcept = default;
+  Checkpoint& operator=(Checkpoint&&) noexcept = default;
+
   static Checkpoint open(const std::filesystem::path& dir, bool use_mmap = true);
   // nullptr if absent.
   const TensorInfo* find(const std::string& name) const;
@@ -55,6 +62,9 @@ class Checkpoint {
   const std::map<std::string, const TensorInfo*>& all() const { return index_; }
 
  private:
+  // Fills index_ from files_; throws Error if a tensor name appears in two files.
+  void build_index();
+
   std::vector<SafetensorsFile> files_;
   std::map<std::string, const TensorInfo*> index_;
   std::filesystem::path dir_;

@@ -1,0 +1,498 @@
+#!/usr/bin/python3
+"""Write a random-weight checkpoint in the Hugging Face layout for Mamba-1 / FalconMamba / Mamba-2.
+
+The directory gets `config.json` (Hugging Face key names) and `model.safetensors`, or with
+`--shards N` (N > 1) `model-0000i-of-0000N.safetensors` plus `model.safetensors.index.json`.
+The safetensors files come from the small writer below (no safetensors package needed).
+
+Weights are random but chosen so the model is well conditioned (logits O(1), no blow-up over
+layers), which is what numerical tests need; they are NOT Hugging Face's training init:
+  embeddings / lm_head   normal, std 1 / std 1/sqrt(H); tied embeddings std H^-1/4
+  linear weights         normal, std 1/sqrt(fan_in)
+  conv1d weight / bias   normal, std 1/sqrt(K) / 0.1
+  A_log                  log(uniform(1, 16))            (A = -exp(A_log) in [-16, -1])
+  D                      1 + 0.1 * normal
+  dt_proj.bias, dt_bias  inv_softplus(dt), dt = exp(uniform(log 1e-3, log 0.1))
+  norm weights           1 + 0.1 * normal
+  optional biases        0.1 * normal
+Every tensor has its own generator seeded from (--seed, name), so sharding, the embedding
+alias and the on-disk dtype do not change any value (bf16/f16 only round it); tying only
+rescales the embeddings.
+
+Memory stays bounded for full-size shapes: tensors are generated in float32 and written in
+row blocks of at most BLOCK_ELEMS elements.
+
+Config keys and weight names follow research/hf-hybrid.md C.1 (mamba) and C.2 (mamba2).
+
+Examples:
+  make_test_checkpoint.py --preset mamba-tiny --out /tmp/m1
+  make_test_checkpoint.py --preset codestral --layers 2 --dtype bf16 --shards 3 --out /tmp/cs
+  make_test_checkpoint.py --preset mamba2-tiny --set n_groups=2 --set state_size=12 --out /tmp/m2
+  make_test_checkpoint.py --config real/config.json --layers 2 --out /tmp/real2
+"""
+
+import argparse
+import copy
+import json
+import math
+import os
+import queue
+import shutil
+import struct
+import sys
+import threading
+import zlib
+
+import numpy as np
+
+# Largest number of elements generated (and held) at once, per tensor.
+BLOCK_ELEMS = 1 << 23
+
+# --------------------------------------------------------------------------------------------
+# Configs
+# --------------------------------------------------------------------------------------------
+
+
+def mamba_config(hidden, layers, vocab, state, rank, expand=2, conv=4, use_bias=False,
+                 use_conv_bias=True, tie=True, model_type="mamba", bos=0, eos=0, pad=0):
+    """A Mamba-1 (or FalconMamba) config with every key Hugging Face's MambaConfig writes."""
+    arch = {"mamba": "MambaForCausalLM", "falcon_mamba": "FalconMambaForCausalLM"}[model_type]
+    cfg = {
+        "architectures": [arch],
+        "model_type": model_type,
+        "hidden_size": hidden,
+        "num_hidden_layers": layers,
+        "vocab_size": vocab,
+        "state_size": state,
+        "expand": expand,
+        "intermediate_size": int(expand * hidden),
+        "conv_kernel": conv,
+        "time_step_rank": rank,
+        "use_bias": use_bias,
+        "use_conv_bias": use_conv_bias,
+        "hidden_act": "silu",
+        "layer_norm_epsilon": 1e-5,
+        "residual_in_fp32": True,
+        "tie_word_embeddings": tie,
+        "initializer_range": 0.1,
+        "time_step_scale": 1.0,
+        "time_step_min": 0.001,
+        "time_step_max": 0.1,
+        "time_step_init_scheme": "random",
+        "time_step_floor": 0.0001,
+        "rescale_prenorm_residual": False,
+        "use_cache": True,
+        "bos_token_id": bos,
+        "eos_token_id": eos,
+        "pad_token_id": pad,
+        "torch_dtype": "float32",
+    }
+    if model_type == "falcon_mamba":
+        cfg["mixer_rms_eps"] = 1e-6
+        cfg["use_mambapy"] = False
+    return cfg
+
+
+def mamba2_config(hidden, layers, vocab, heads, head_dim, state, groups, chunk=256, conv=4,
+                  use_bias=False, use_conv_bias=True, tie=False, bos=0, eos=0, pad=0):
+    """A Mamba-2 config in Mamba2Config form (d_inner = heads * head_dim = expand * hidden)."""
+    inner = heads * head_dim
+    expand = inner // hidden if inner % hidden == 0 else inner / hidden
+    return {
+        "architectures": ["Mamba2ForCausalLM"],
+        "model_type": "mamba2",
+        "hidden_size": hidden,
+        "num_hidden_layers": layers,
+        "vocab_size": vocab,
+        "state_size": state,
+        "expand": expand,
+        "num_heads": heads,
+        "head_dim": head_dim,
+        "n_groups": groups,
+        "conv_kernel": conv,
+        "chunk_size": chunk,
+        "use_bias": use_bias,
+        "use_conv_bias": use_conv_bias,
+        "hidden_act": "silu",
+        "layer_norm_epsilon": 1e-5,
+        "residual_in_fp32": True,
+        "rms_norm": True,
+        "tie_word_embeddings": tie,
+        "time_step_rank": "auto",
+        "time_step_min": 0.001,
+        "time_step_max": 0.1,
+        "time_step_floor": 0.0001,
+        # Hugging Face's save_pretrained writes (0.0, inf) as [0.0, Infinity] (Python json
+        # extension, not strict JSON); real hub configs carry it, so readers must cope.
+        "time_step_limit": [0.0, float("inf")],
+        "initializer_range": 0.1,
+        "rescale_prenorm_residual": False,
+        "use_cache": True,
+        "bos_token_id": bos,
+        "eos_token_id": eos,
+        "pad_token_id": pad,
+        "torch_dtype": "float32",
+    }
+
+
+# Full-size shapes are the public Hugging Face configs (token ids marked "unverified" where
+# only the shapes were checked); tiny ones are for tests.
+PRESETS = {
+    # state-spaces/mamba-130m-hf
+    "mamba-130m": lambda: mamba_config(768, 24, 50280, 16, 48),
+    # state-spaces/mamba-1.4b-hf
+    "mamba-1.4b": lambda: mamba_config(2048, 48, 50280, 16, 128),
+    # state-spaces/mamba2-130m re-expressed as a Mamba2Config (GPT-NeoX vocab padded to 16)
+    "mamba2-130m": lambda: mamba2_config(768, 24, 50288, 24, 64, 128, 1, tie=True),
+    # state-spaces/mamba2-1.3b, same form
+    "mamba2-1.3b": lambda: mamba2_config(2048, 48, 50288, 64, 64, 128, 1, tie=True),
+    # mistralai/Mamba-Codestral-7B-v0.1 (bos/eos follow the Mistral tokenizer; unverified)
+    "codestral": lambda: mamba2_config(4096, 64, 32768, 128, 64, 128, 8, tie=False,
+                                       bos=1, eos=2, pad=0),
+    # FalconMamba mixer (dt/B/C RMS-normalised) at test size; tiiuae/falcon-mamba-7b is untied
+    "falcon-mamba-tiny": lambda: mamba_config(64, 2, 512, 16, 4, tie=False,
+                                              model_type="falcon_mamba"),
+    "mamba-tiny": lambda: mamba_config(64, 2, 512, 16, 4),
+    "mamba2-tiny": lambda: mamba2_config(64, 2, 512, 8, 16, 16, 1, chunk=16, tie=True),
+}
+
+# --------------------------------------------------------------------------------------------
+# Tensor list (names, shapes, init) derived from the config, HF defaults where a key is absent
+# --------------------------------------------------------------------------------------------
+
+FAMILY = {"mamba": "mamba1", "falcon_mamba": "mamba1", "mamba2": "mamba2"}
+
+
+def normal(std, mean=0.0):
+    def init(rng, n):
+        x = rng.standard_normal(n, dtype=np.float32)
+        if std != 1.0:
+            x *= np.float32(std)
+        if mean != 0.0:
+            x += np.float32(mean)
+        return x
+    return init
+
+
+def a_log_init(rng, n):
+    # A = -exp(A_log) uniform-ish in [-16, -1]: decay rates spread over time scales.
+    return np.log(rng.uniform(1.0, 16.0, n)).astype(np.float32)
+
+
+def dt_bias_init(rng, n):
+    # softplus(bias) = dt, dt log-uniform in [1e-3, 0.1]; inv_softplus(y) = y + log(-expm1(-y)).
+    dt = np.exp(rng.uniform(math.log(1e-3), math.log(0.1), n))
+    return (dt + np.log(-np.expm1(-dt))).astype(np.float32)
+
+
+def tensor_specs(cfg, embedding_name):
+    """[(name, shape, init, seed_name)]; seed_name is the canonical name that seeds the rng."""
+    family = FAMILY.get(cfg.get("model_type"))
+    if family is None:
+        sys.exit("make_test_checkpoint: unsupported model_type %r (mamba, falcon_mamba, mamba2)"
+                 % cfg.get("model_type"))
+    H = int(cfg["hidden_size"])
+    V = int(cfg["vocab_size"])
+    L = int(cfg["num_hidden_layers"])
+    K = int(cfg.get("conv_kernel", 4))
+    use_conv_bias = bool(cfg.get("use_conv_bias", True))
+    tie_default = family == "mamba1"  # MambaConfig: PretrainedConfig default; Mamba2Config: False
+    tie = bool(cfg.get("tie_word_embeddings", tie_default))
+    # Untied: embeddings std 1, lm_head std 1/sqrt(H) -> logits O(1).  Tied: the embeddings are
+    # also the head, and std 1 would give logits of std sqrt(H) (~28 at H=768, a one-hot
+    # softmax), so they get std H^-1/4 -> logits of std H^(1/4) (2.8 at H=64, 5.3 at H=768).
+    specs = [("backbone.%s.weight" % embedding_name, (V, H), normal(H ** -0.25 if tie else 1.0),
+              "backbone.embeddings.weight")]
+    norm_init = normal(0.1, 1.0)
+    bias_init = normal(0.1)
+    if family == "mamba1":
+        use_bias = bool(cfg.get("use_bias", True))
+        N = int(cfg.get("state_size", 16))
+        I = int(cfg.get("intermediate_size") or int(cfg.get("expand", 2) * H))
+        R = cfg.get("time_step_rank", "auto")
+        R = math.ceil(H / 16) if R == "auto" else int(R)
+        for i in range(L):
+            p = "backbone.layers.%d." % i
+            m = p + "mixer."
+            specs.append((p + "norm.weight", (H,), norm_init))
+            specs.append((m + "in_proj.weight", (2 * I, H), normal(H ** -0.5)))
+            if use_bias:
+                specs.append((m + "in_proj.bias", (2 * I,), bias_init))
+            specs.append((m + "conv1d.weight", (I, 1, K), normal(K ** -0.5)))
+            if use_conv_bias:
+                specs.append((m + "conv1d.bias", (I,), bias_init))
+            specs.append((m + "x_proj.weight", (R + 2 * N, I), normal(I ** -0.5)))
+            specs.append((m + "dt_proj.weight", (I, R), normal(0.5 * R ** -0.5)))
+            specs.append((m + "dt_proj.bias", (I,), dt_bias_init))
+            specs.append((m + "A_log", (I, N), a_log_init))
+            specs.append((m + "D", (I,), norm_init))
+            specs.append((m + "out_proj.weight", (H, I), normal(I ** -0.5)))
+            if use_bias:
+                specs.append((m + "out_proj.bias", (H,), bias_init))
+    else:
+        use_bias = bool(cfg.get("use_bias", False))
+        N = int(cfg.get("state_size", 128))
+        nh = int(cfg.get("num_heads", 128))
+        P = int(cfg.get("head_dim", 64))
+        G = int(cfg.get("n_groups", 8))
+        I = nh * P
+        expand_inner = int(cfg.get("expand", 2) * H)
+        if expand_inner != I:
+            sys.exit("make_test_checkpoint: mamba2 needs expand*hidden_size (%d) == num_heads*head_dim"
+                     " (%d)" % (expand_inner, I))
+        if nh % G != 0:
+            sys.exit("make_test_checkpoint: num_heads (%d) must be a multiple of n_groups (%d)"
+                     % (nh, G))
+        conv_dim = I + 2 * G * N
+        for i in range(L):
+            p = "backbone.layers.%d." % i
+            m = p + "mixer."
+            specs.append((p + "norm.weight", (H,), norm_init))
+            # in_proj rows: [z (I), xBC (I + 2GN), dt (nh)]
+            specs.append((m + "in_proj.weight", (I + conv_dim + nh, H), normal(H ** -0.5)))
+            if use_bias:
+                specs.append((m + "in_proj.bias", (I + conv_dim + nh,), bias_init))
+            specs.append((m + "conv1d.weight", (conv_dim, 1, K), normal(K ** -0.5)))
+            if use_conv_bias:
+                specs.append((m + "conv1d.bias", (conv_dim,), bias_init))
+            specs.append((m + "dt_bias", (nh,), dt_bias_init))
+            specs.append((m + "A_log", (nh,), a_log_init))
+            specs.append((m + "D", (nh,), norm_init))
+            specs.append((m + "norm.weight", (I,), norm_init))
+            specs.append((m + "out_proj.weight", (H, I), normal(I ** -0.5)))
+            if use_bias:
+                specs.append((m + "out_proj.bias", (H,), bias_init))
+    specs.append(("backbone.norm_f.weight", (H,), norm_init))
+    if not tie:
+        specs.append(("lm_head.weight", (V, H), normal(H ** -0.5)))
+    return [s if len(s) == 4 else s + (s[0],) for s in specs]
+
+
+# --------------------------------------------------------------------------------------------
+# safetensors writer
+# --------------------------------------------------------------------------------------------
+
+DTYPES = {"f32": ("F32", 4, "float32"), "bf16": ("BF16", 2, "bfloat16"),
+          "f16": ("F16", 2, "float16")}
+
+
+def to_disk(x, dtype):
+    """float32 block -> contiguous little-endian array of the on-disk dtype."""
+    if dtype == "f32":
+        return np.ascontiguousarray(x, dtype="<f4")
+    if dtype == "f16":
+        return x.astype("<f2")
+    # bf16: keep the top 16 bits of f32 after rounding to nearest, ties to even.
+    u = x.view(np.uint32)
+    r = (u + np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)
+    return r.astype("<u2")
+
+
+def write_safetensors(path, specs, dtype, seed):
+    """Stream the tensors in `specs` to one .safetensors file; returns bytes of tensor data."""
+    st_dtype, itemsize, _ = DTYPES[dtype]
+    header = {"__metadata__": {"format": "pt"}}
+    offset = 0
+    for name, shape, _, _ in specs:
+        nbytes = int(np.prod(shape, dtype=np.int64)) * itemsize
+        header[name] = {"dtype": st_dtype, "shape": list(shape),
+                        "data_offsets": [offset, offset + nbytes]}
+        offset += nbytes
+    hbytes = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    hbytes += b" " * (-len(hbytes) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(hbytes)))
+        f.write(hbytes)
+        # A writer thread overlaps disk writes (which release the GIL) with generation.
+        blocks = queue.Queue(maxsize=2)
+        failure = []
+
+        def drain():
+            while True:
+                block = blocks.get()
+                if block is None:
+                    return
+                if not failure:
+                    try:
+                        f.write(memoryview(block).cast("B"))
+                    except OSError as e:
+                        failure.append(e)
+
+        writer = threading.Thread(target=drain)
+        writer.start()
+        try:
+            for name, shape, init, seed_name in specs:
+                n = int(np.prod(shape, dtype=np.int64))
+                rng = np.random.default_rng([seed, zlib.crc32(seed_name.encode("utf-8"))])
+                done = 0
+                while done < n and not failure:
+                    m = min(BLOCK_ELEMS, n - done)
+                    blocks.put(to_disk(init(rng, m), dtype))
+                    done += m
+        finally:
+            blocks.put(None)
+            writer.join()
+        if failure:
+            raise failure[0]
+    return offset
+
+
+def split_shards(specs, itemsize, n):
+    """Contiguous, non-empty groups of tensors with roughly equal bytes."""
+    if n > len(specs):
+        sys.exit("make_test_checkpoint: --shards %d exceeds the number of tensors (%d)"
+                 % (n, len(specs)))
+    sizes = [int(np.prod(s[1], dtype=np.int64)) * itemsize for s in specs]
+    groups, start, remaining = [], 0, sum(sizes)
+    for k in range(n, 0, -1):
+        if k == 1:
+            groups.append(specs[start:])
+            break
+        target = remaining / k
+        end, acc = start, 0
+        # Leave at least one tensor for each of the k-1 later shards.
+        while end < len(specs) - (k - 1) and (end == start or acc + sizes[end] / 2 <= target):
+            acc += sizes[end]
+            end += 1
+        groups.append(specs[start:end])
+        remaining -= acc
+        start = end
+    return groups
+
+
+# --------------------------------------------------------------------------------------------
+# Command line
+# --------------------------------------------------------------------------------------------
+
+
+def tokenizer_max_id(path):
+    """Largest token id in a tokenizer.json (model vocab and added tokens), or None."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            tok = json.load(f)
+    except (OSError, ValueError):
+        return None
+    ids = [t["id"] for t in tok.get("added_tokens", [])]
+    vocab = (tok.get("model") or {}).get("vocab")
+    if isinstance(vocab, dict):
+        ids.extend(vocab.values())
+    elif isinstance(vocab, list):  # Unigram: [[piece, score], ...]
+        ids.append(len(vocab) - 1)
+    return max(ids) if ids else None
+
+
+def parse_value(text):
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def build_config(args):
+    if args.preset is None and args.config is None:
+        sys.exit("make_test_checkpoint: give --preset and/or --config")
+    cfg = copy.deepcopy(PRESETS[args.preset]()) if args.preset else {}
+    if args.config:
+        with open(args.config, encoding="utf-8") as f:
+            cfg.update(json.load(f))
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep:
+            sys.exit("make_test_checkpoint: --set wants KEY=VALUE, got %r" % item)
+        cfg[key] = parse_value(value)
+    if args.layers is not None:
+        cfg["num_hidden_layers"] = args.layers
+    if args.vocab is not None:
+        cfg["vocab_size"] = args.vocab
+    if args.tie is not None:
+        cfg["tie_word_embeddings"] = args.tie
+    # Keep derived sizes consistent when --set changed what they derive from.
+    set_keys = {item.partition("=")[0] for item in args.set}
+    if cfg.get("model_type") in ("mamba", "falcon_mamba"):
+        if set_keys & {"hidden_size", "expand"} and "intermediate_size" not in set_keys:
+            cfg["intermediate_size"] = int(cfg.get("expand", 2) * cfg["hidden_size"])
+    elif cfg.get("model_type") == "mamba2":
+        if set_keys & {"hidden_size", "num_heads", "head_dim"} and "expand" not in set_keys:
+            inner, hidden = cfg["num_heads"] * cfg["head_dim"], cfg["hidden_size"]
+            cfg["expand"] = inner // hidden if inner % hidden == 0 else inner / hidden
+    cfg["torch_dtype"] = DTYPES[args.dtype][2]
+    return cfg
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(
+        description="Write a random-weight Hugging Face-layout Mamba/Mamba-2 checkpoint.")
+    ap.add_argument("--out", required=True, help="output directory (created)")
+    ap.add_argument("--preset", choices=sorted(PRESETS), help="base config")
+    ap.add_argument("--config", help="config.json to use as is (applied over --preset if both)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="override one config key; VALUE is parsed as JSON (repeatable), "
+                         "e.g. --set n_groups=2 --set use_bias=true")
+    ap.add_argument("--layers", type=int, help="override num_hidden_layers")
+    ap.add_argument("--vocab", type=int, help="override vocab_size")
+    ap.add_argument("--dtype", choices=sorted(DTYPES), default="f32", help="on-disk dtype")
+    ap.add_argument("--seed", type=int, default=0)
+    tie = ap.add_mutually_exclusive_group()
+    tie.add_argument("--tie", dest="tie", action="store_true", default=None,
+                     help="tie_word_embeddings true (no lm_head.weight written)")
+    tie.add_argument("--untie", dest="tie", action="store_false",
+                     help="tie_word_embeddings false (lm_head.weight written)")
+    ap.add_argument("--shards", type=int, default=1, help="number of safetensors files")
+    ap.add_argument("--embedding-name", choices=["embeddings", "embedding"], default="embeddings",
+                    help="backbone.<name>.weight (hub files sometimes say 'embedding')")
+    ap.add_argument("--tokenizer", help="tokenizer.json (or tokenizer.model) to copy into --out, "
+                    "with tokenizer_config.json if it sits next to it; vocab_size is raised to "
+                    "cover its ids (multiple of 16) unless --vocab is given")
+    args = ap.parse_args(argv)
+    if args.shards < 1:
+        sys.exit("make_test_checkpoint: --shards must be >= 1")
+
+    cfg = build_config(args)
+    if args.tokenizer and args.tokenizer.endswith(".json"):
+        max_id = tokenizer_max_id(args.tokenizer)
+        if max_id is not None and max_id >= int(cfg["vocab_size"]):
+            if args.vocab is not None:
+                sys.exit("make_test_checkpoint: tokenizer ids reach %d but --vocab is %d"
+                         % (max_id, args.vocab))
+            new_vocab = (max_id + 1 + 15) // 16 * 16
+            print("make_test_checkpoint: vocab_size %d -> %d to cover the tokenizer"
+                  % (cfg["vocab_size"], new_vocab), file=sys.stderr)
+            cfg["vocab_size"] = new_vocab
+
+    specs = tensor_specs(cfg, args.embedding_name)
+    os.makedirs(args.out, exist_ok=True)
+    for old in os.listdir(args.out):  # never leave a stale shard set behind
+        if old.startswith("model") and (old.endswith(".safetensors") or old.endswith(".index.json")):
+            os.remove(os.path.join(args.out, old))
+    with open(os.path.join(args.out, "config.json"), "w", encoding="utf-8") as f:
+        json.dump(cfg, f, indent=2)
+        f.write("\n")
+
+    if args.shards == 1:
+        write_safetensors(os.path.join(args.out, "model.safetensors"), specs, args.dtype, args.seed)
+    else:
+        itemsize = DTYPES[args.dtype][1]
+        weight_map, total = {}, 0
+        groups = split_shards(specs, itemsize, args.shards)
+        for i, group in enumerate(groups):
+            fname = "model-%05d-of-%05d.safetensors" % (i + 1, args.shards)
+            total += write_safetensors(os.path.join(args.out, fname), group, args.dtype, args.seed)
+            for s in group:
+                weight_map[s[0]] = fname
+        with open(os.path.join(args.out, "model.safetensors.index.json"), "w",
+                  encoding="utf-8") as f:
+            json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=2)
+            f.write("\n")
+
+    if args.tokenizer:
+        src_dir = os.path.dirname(os.path.abspath(args.tokenizer))
+        dest = "tokenizer.model" if args.tokenizer.endswith(".model") else "tokenizer.json"
+        shutil.copyfile(args.tokenizer, os.path.join(args.out, dest))
+        tcfg = os.path.join(src_dir, "tokenizer_config.json")
+        if os.path.exists(tcfg):
+            shutil.copyfile(tcfg, os.path.join(args.out, "tokenizer_config.json"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
