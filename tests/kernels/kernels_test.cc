@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "base/thread_pool.h"
+#include "kernels/cpu/vec_math.h"
 #include "kernels/kernels.h"
 #include "numerics.h"
 
@@ -251,6 +252,23 @@ TEST_F(Kernels, EmbeddingMatchesRef) {
     for (size_t i = 0; i < o.n; ++i) ASSERT_EQ(o.v[i], orf.v[i]);
     o.expect_guard();
   }
+}
+
+TEST(VecMath, ExpMatchesLibmWithinFewUlp) {
+  double worst = 0;
+  for (double x = -87.0; x <= 88.0; x += 0.000731) {
+    const float xf = static_cast<float>(x);
+    const double want = std::exp(static_cast<double>(xf));
+    worst = std::max(worst, std::fabs(cpu::vexp(xf) - want) / want);
+  }
+  EXPECT_LT(worst, 4e-7);  // ~3 ulp of float
+  EXPECT_GT(cpu::vexp(-1000.0f), 0.0f);
+  EXPECT_TRUE(std::isfinite(cpu::vexp(1000.0f)));
+  EXPECT_EQ(cpu::vexp(0.0f), 1.0f);
+  std::vector<float> a = randn(37, 30), b = randn(37, 31);
+  double want = 0;
+  for (int i = 0; i < 37; ++i) want += static_cast<double>(a[i]) * b[i];
+  EXPECT_NEAR(cpu::vdot(a.data(), b.data(), 37), want, 1e-5);
 }
 
 TEST(Dtype, Bf16AndF16RoundTrips) {

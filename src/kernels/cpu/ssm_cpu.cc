@@ -9,6 +9,7 @@
 
 #include "base/thread_pool.h"
 #include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/vec_math.h"
 #include "kernels/kernels.h"
 
 namespace hybridlm::cpu {
@@ -18,7 +19,6 @@ namespace {
 #define HYBRIDLM_INLINE inline __attribute__((always_inline))
 #define HYBRIDLM_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,fma")))
 
-HYBRIDLM_INLINE float silu_f(float v) { return v / (1.0f + std::exp(-v)); }
 
 void parallel(const KernelContext& ctx, size_t n, size_t grain,
               const std::function<void(size_t, size_t)>& fn) {
@@ -32,8 +32,7 @@ HYBRIDLM_INLINE void rmsnorm_rows(const float* x, const float* w, int d, float e
   for (size_t t = tb; t < te; ++t) {
     const float* xr = x + t * d;
     float* yr = y + t * d;
-    float ss = 0;
-    for (int i = 0; i < d; ++i) ss += xr[i] * xr[i];
+    const float ss = vdot(xr, xr, d);
     const float inv = 1.0f / std::sqrt(ss / d + eps);
     if (w) for (int i = 0; i < d; ++i) yr[i] = xr[i] * inv * w[i];
     else for (int i = 0; i < d; ++i) yr[i] = xr[i] * inv;
@@ -55,10 +54,9 @@ HYBRIDLM_INLINE void gated_rows(const float* y, const float* z, int ld_z, const 
     float* o = out + t * d;
     const float* yr = y + t * d;
     const float* zr = z + t * ld_z;
-    for (int i = 0; i < d; ++i) o[i] = yr[i] * silu_f(zr[i]);
+    for (int i = 0; i < d; ++i) o[i] = yr[i] * vsilu(zr[i]);
     for (int g0 = 0; g0 < d; g0 += gs) {
-      float ss = 0;
-      for (int i = g0; i < g0 + gs; ++i) ss += o[i] * o[i];
+      const float ss = vdot(o + g0, o + g0, gs);
       const float inv = 1.0f / std::sqrt(ss / gs + eps);
       for (int i = g0; i < g0 + gs; ++i) o[i] = o[i] * inv * w[i];
     }
@@ -88,7 +86,7 @@ HYBRIDLM_INLINE void conv_channels(const float* x, int ld_x, const float* w, con
                                : x + static_cast<size_t>(j) * ld_x;
       for (size_t c = cb; c < ce; ++c) o[c] += w[c * K + k] * src[c];
     }
-    if (act) for (size_t c = cb; c < ce; ++c) o[c] = silu_f(o[c]);
+    if (act) for (size_t c = cb; c < ce; ++c) o[c] = vsilu(o[c]);
   }
   // New state: the last K-1 inputs of (state ++ x).
   for (int k = 0; k < K - 1; ++k) {
@@ -113,26 +111,50 @@ void conv_portable(const float* x, int ld_x, const float* w, const float* bias, 
 }
 
 // ---- Mamba-1 selective scan over channels [ib, ie) ---------------------------------------------
+// Channels are processed 16 at a time, one per vector lane: the state block is transposed to
+// (N, 16) so that every step is a lane-wise update with no reduction across lanes, and each
+// channel's arithmetic is the same whichever lane or thread it lands on.
+constexpr int kLanes = 16;
 HYBRIDLM_INLINE void m1_channels(const float* x, int ld_x, const float* dt, const float* A,
                                  const float* B, const float* C, int ld_bc, const float* D,
                                  const float* z, int ld_z, float* h, int T, int I, int N, float* y,
                                  size_t ib, size_t ie) {
-  for (size_t i = ib; i < ie; ++i) {
-    float* hi = h + i * N;
-    const float* Ai = A + i * N;
+  thread_local std::vector<float> hT, AT;
+  hT.resize(static_cast<size_t>(N) * kLanes);
+  AT.resize(static_cast<size_t>(N) * kLanes);
+  for (size_t i0 = ib; i0 < ie; i0 += kLanes) {
+    const int nl = static_cast<int>(std::min<size_t>(kLanes, ie - i0));
+    for (int n = 0; n < N; ++n)
+      for (int l = 0; l < kLanes; ++l) {
+        hT[n * kLanes + l] = l < nl ? h[(i0 + l) * N + n] : 0.0f;
+        AT[n * kLanes + l] = l < nl ? A[(i0 + l) * N + n] : 0.0f;
+      }
     for (int t = 0; t < T; ++t) {
-      const float d = dt[static_cast<size_t>(t) * I + i];
-      const float dx = d * x[static_cast<size_t>(t) * ld_x + i];
+      float d[kLanes], dx[kLanes], acc[kLanes];
+      const float* dtt = dt + static_cast<size_t>(t) * I + i0;
+      const float* xt = x + static_cast<size_t>(t) * ld_x + i0;
+      for (int l = 0; l < kLanes; ++l) {
+        d[l] = l < nl ? dtt[l] : 0.0f;
+        dx[l] = l < nl ? d[l] * xt[l] : 0.0f;
+        acc[l] = 0.0f;
+      }
       const float* Bt = B + static_cast<size_t>(t) * ld_bc;
       const float* Ct = C + static_cast<size_t>(t) * ld_bc;
-      float acc = 0;
       for (int n = 0; n < N; ++n) {
-        hi[n] = std::exp(d * Ai[n]) * hi[n] + dx * Bt[n];
-        acc += hi[n] * Ct[n];
+        float* hn = hT.data() + n * kLanes;
+        const float* an = AT.data() + n * kLanes;
+        const float b = Bt[n], c = Ct[n];
+        for (int l = 0; l < kLanes; ++l) {
+          hn[l] = vexp(d[l] * an[l]) * hn[l] + dx[l] * b;
+          acc[l] += hn[l] * c;
+        }
       }
-      const float xt = x[static_cast<size_t>(t) * ld_x + i];
-      y[static_cast<size_t>(t) * I + i] = (acc + D[i] * xt) * silu_f(z[static_cast<size_t>(t) * ld_z + i]);
+      float* yt = y + static_cast<size_t>(t) * I + i0;
+      const float* zt = z + static_cast<size_t>(t) * ld_z + i0;
+      for (int l = 0; l < nl; ++l) yt[l] = (acc[l] + D[i0 + l] * xt[l]) * vsilu(zt[l]);
     }
+    for (int n = 0; n < N; ++n)
+      for (int l = 0; l < nl; ++l) h[(i0 + l) * N + n] = hT[n * kLanes + l];
   }
 }
 HYBRIDLM_AVX512 void m1_avx512(const float* x, int ld_x, const float* dt, const float* A,
@@ -157,7 +179,10 @@ HYBRIDLM_INLINE void ssd_heads(const float* x, int ld_x, const float* dt, const 
                                const SsdDims& dm, int chunk, float* S, int T, float* y,
                                size_t hb, size_t he) {
   const int nh = dm.n_heads, P = dm.head_dim, N = dm.d_state, hpg = nh / dm.n_groups;
-  std::vector<float> s(chunk), L(static_cast<size_t>(chunk) * chunk), wj(chunk);
+  thread_local std::vector<float> s, L, wj;
+  s.resize(chunk);
+  L.resize(static_cast<size_t>(chunk) * chunk);
+  wj.resize(chunk);
   for (size_t h = hb; h < he; ++h) {
     const size_t g = h / hpg;
     float* Sh = S + h * P * N;
@@ -173,20 +198,18 @@ HYBRIDLM_INLINE void ssd_heads(const float* x, int ld_x, const float* dt, const 
         const float* Ci = C + static_cast<size_t>(c0 + i) * ld_bc + g * N;
         for (int j = 0; j <= i; ++j) {
           const float* Bj = B + static_cast<size_t>(c0 + j) * ld_bc + g * N;
-          float cb = 0;
-          for (int n = 0; n < N; ++n) cb += Ci[n] * Bj[n];
-          L[static_cast<size_t>(i) * chunk + j] = std::exp(s[i] - s[j]) * cb * dt[static_cast<size_t>(c0 + j) * nh + h];
+          const float cb = vdot(Ci, Bj, N);
+          L[static_cast<size_t>(i) * chunk + j] = vexp(s[i] - s[j]) * cb * dt[static_cast<size_t>(c0 + j) * nh + h];
         }
       }
       for (int i = 0; i < Q; ++i) {
         const size_t ti = static_cast<size_t>(c0 + i);
         const float* Ci = C + ti * ld_bc + g * N;
         float* yi = y + ti * nh * P + h * P;
-        const float ei = std::exp(s[i]);
+        const float ei = vexp(s[i]);
         for (int p = 0; p < P; ++p) {  // contribution of the incoming state
           const float* Sp = Sh + static_cast<size_t>(p) * N;
-          float off = 0;
-          for (int n = 0; n < N; ++n) off += Sp[n] * Ci[n];
+          const float off = vdot(Sp, Ci, N);
           yi[p] = ei * off + D[h] * x[ti * ld_x + h * P + p];
         }
         for (int j = 0; j <= i; ++j) {  // intra-chunk
@@ -195,8 +218,8 @@ HYBRIDLM_INLINE void ssd_heads(const float* x, int ld_x, const float* dt, const 
           for (int p = 0; p < P; ++p) yi[p] += l * xj[p];
         }
       }
-      const float e_last = std::exp(s[Q - 1]);
-      for (int j = 0; j < Q; ++j) wj[j] = std::exp(s[Q - 1] - s[j]) * dt[static_cast<size_t>(c0 + j) * nh + h];
+      const float e_last = vexp(s[Q - 1]);
+      for (int j = 0; j < Q; ++j) wj[j] = vexp(s[Q - 1] - s[j]) * dt[static_cast<size_t>(c0 + j) * nh + h];
       for (int p = 0; p < P; ++p) {
         float* Sp = Sh + static_cast<size_t>(p) * N;
         for (int n = 0; n < N; ++n) Sp[n] *= e_last;
