@@ -101,6 +101,9 @@ check("inspect names family, pattern, params, bytes, state",
 # Bad input: exit 1, one line naming the problem.
 expect_error("id outside the vocabulary", ["score", "-m", m2, "--ids", "1,50288", "--logits-out", npy], 1,
              "token id 50288 is outside the vocabulary (size 50288)")
+expect_error("logits too large to hold", ["score", "-m", m2, "--ids", ",".join(["1"] * 22000), "--logits-out", npy], 1,
+             "of logits, over the 4.00 GiB limit")
+expect_error("negative -n", ["generate", "-m", m2, "-p", "x", "-n", "-3"], 1, "-n/--n-predict must be >= 0")
 expect_error("malformed --ids", ["score", "-m", m2, "--ids", "1,x", "--logits-out", npy], 1, "--ids: 'x' is not a token id")
 expect_error("missing model dir", ["inspect", "-m", os.path.join(scratch, "nope")], 1, "config.json: cannot open")
 expect_error("bad --dtype", ["inspect", "-m", m2, "--dtype", "q4"], 1, "--dtype q4: unsupported")

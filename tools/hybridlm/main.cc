@@ -73,7 +73,7 @@ struct ModelFlags {
     check(mamba2_norm == "grouped" || mamba2_norm == "full", "--mamba2-norm " + mamba2_norm + ": use grouped or full");
     o.load.mamba2_norm = mamba2_norm == "full" ? NormGrouping::Full : NormGrouping::Grouped;
     o.load.use_mmap = !no_mmap;
-    check(threads >= 0, "--threads must be >= 0");
+    check(threads >= 0 && threads <= 1024, "--threads " + std::to_string(threads) + ": must be in [0, 1024]");
     o.threads = threads;
     o.max_sequences = 1;
     return o;
@@ -84,6 +84,15 @@ Tokenizer load_tokenizer(const std::string& dir) {
   const std::filesystem::path p = std::filesystem::path(dir) / "tokenizer.json";
   check(std::filesystem::exists(p), p.string() + ": not found (this command needs the model's tokenizer)");
   return Tokenizer::load(dir);
+}
+
+// Logits of every position are (tokens x vocab) floats; refuse sizes that cannot be held.
+constexpr double kMaxLogitBytes = 4.0 * (1ull << 30);
+void check_logits_fit(size_t tokens, int vocab, const std::string& what) {
+  const double bytes = static_cast<double>(tokens) * vocab * sizeof(float);
+  check(bytes <= kMaxLogitBytes, what + ": " + std::to_string(tokens) + " tokens x " + std::to_string(vocab) +
+                                     " vocab = " + format_bytes(bytes) + " of logits, over the " +
+                                     format_bytes(kMaxLogitBytes) + " limit; use fewer tokens");
 }
 
 void check_vocab(const Engine& e, std::span<const int32_t> ids) {
@@ -97,6 +106,7 @@ int cmd_generate(const ModelFlags& mf, const std::string& prompt, const Generate
   Engine engine(mf.dir, mf.options());
   Tokenizer tok = load_tokenizer(mf.dir);
   GenerateOptions gopt = gopt_in;
+  check(gopt.max_new_tokens >= 0, "-n/--n-predict must be >= 0");
   gopt.eos_id = tok.eos_id() ? tok.eos_id() : engine.model().config().eos_token_id;
   std::vector<int32_t> ids = tok.encode(prompt);
   check(!ids.empty(), "the prompt is empty after tokenization");
@@ -119,6 +129,7 @@ int cmd_score(const ModelFlags& mf, const std::string& prompt, const std::string
   std::vector<int32_t> ids = ids_str.empty() ? load_tokenizer(mf.dir).encode(prompt) : parse_ids(ids_str, "--ids");
   check(!ids.empty(), "the prompt is empty after tokenization");
   check_vocab(engine, ids);
+  check_logits_fit(ids.size(), engine.vocab_size(), "score");
   const int slot = engine.new_sequence();
   std::vector<float> logits = engine.prefill(slot, ids, true);
   write_npy_f32(out, logits.data(), {static_cast<int64_t>(ids.size()), engine.vocab_size()});
@@ -138,6 +149,7 @@ int cmd_perplexity(const ModelFlags& mf, const std::string& file, int ctx) {
   std::vector<int32_t> ids = tok.encode(text.str(), false);
   check(ids.size() >= 2, file + ": needs at least 2 tokens, has " + std::to_string(ids.size()));
   check_vocab(engine, ids);
+  check_logits_fit(std::min<size_t>(ctx, ids.size()), engine.vocab_size(), "--ctx");
   double nll = 0;
   size_t count = 0;
   auto t0 = std::chrono::steady_clock::now();
