@@ -1,0 +1,76 @@
+// Hugging Face `tokenizer.json` tokenizers (BPE family), token-for-token identical to the pure
+// JavaScript `@huggingface/tokenizers` package (the oracle in tests/tokenizer/compare.mjs).
+//
+// Pipeline of encode(), in the order the reference runs it:
+//   1. invalid UTF-8 bytes in the input become U+FFFD (see utf8_sanitize in tokenizer_internal.h);
+//   2. added tokens ("<|endoftext|>", ...) are cut out first: leftmost, then longest match;
+//   3. the text between them is normalized (NFC), cut again on added tokens whose content is
+//      "normalized", then pre-tokenized (ByteLevel / Split regex / Sequence);
+//   4. each pre-token goes through the BPE model (merges by rank, leftmost first on ties);
+//   5. the post-processor (TemplateProcessing) adds special tokens such as BOS.
+//
+// Supported components: model BPE; normalizer NFC, Sequence; pre-tokenizers ByteLevel, Split
+// (Regex or String pattern; behaviour Isolated or Removed), Sequence; post-processors
+// TemplateProcessing, ByteLevel (a no-op on ids), Sequence; decoder ByteLevel. Anything else is
+// refused at load time with an Error naming the file and the component.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace hybridlm {
+
+class Tokenizer {
+ public:
+  // path: a directory holding tokenizer.json (and optionally tokenizer_config.json), or the
+  // tokenizer.json file itself (tokenizer_config.json is then looked for next to it).
+  static Tokenizer load(const std::filesystem::path& path);
+
+  // Text to ids. add_special_tokens lets the post-processor add BOS/EOS; special tokens written
+  // in the text itself ("<|endoftext|>") are always recognised.
+  std::vector<int32_t> encode(std::string_view text, bool add_special_tokens = true) const;
+  // Ids to text. Bytes that do not form valid UTF-8 become U+FFFD. Throws Error for an id
+  // outside the vocabulary. No "clean up tokenization spaces" pass: decode(encode(s)) == s.
+  std::string decode(std::span<const int32_t> ids, bool skip_special_tokens = false) const;
+  // Raw bytes this token decodes to (ByteLevel decoded); may be a partial UTF-8 sequence.
+  std::string token_bytes(int32_t id) const;
+  int32_t vocab_size() const;  // max id + 1 over vocab and added tokens
+  // From tokenizer_config.json (bos_token / eos_token); nullopt when there is no such file or key.
+  std::optional<int32_t> bos_id() const;
+  std::optional<int32_t> eos_id() const;
+  bool is_special(int32_t id) const;  // an added token marked "special"
+  // A token as spelled in the vocabulary ("Ġthe") or an added token's content.
+  std::optional<int32_t> token_to_id(std::string_view token) const;
+
+  Tokenizer(Tokenizer&&) noexcept;
+  Tokenizer& operator=(Tokenizer&&) noexcept;
+  ~Tokenizer();
+
+ private:
+  struct Impl;
+  explicit Tokenizer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Streaming detokenizer: push ids one at a time, get back only complete UTF-8 characters (never
+// half a character). Bytes that can never become a valid character are emitted as U+FFFD as soon
+// as that is certain. Keeps a reference to the tokenizer, which must outlive it.
+class StreamDecoder {
+ public:
+  explicit StreamDecoder(const Tokenizer& tok, bool skip_special_tokens = true);
+  std::string push(int32_t id);  // newly completed text
+  std::string flush();           // whatever is left (invalid trailing bytes become U+FFFD)
+
+ private:
+  const Tokenizer* tok_;
+  bool skip_special_tokens_;
+  std::string pending_;  // bytes of a character that is not complete yet
+};
+
+}  // namespace hybridlm

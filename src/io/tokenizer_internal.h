@@ -1,0 +1,150 @@
+// Internal parts of the tokenizer (src/io/tokenizer.h): UTF-8 helpers, NFC, the PCRE2 regex
+// wrapper, pre-tokenizers and the BPE model. Not a public header; only src/io/tokenizer*.cc and
+// src/io/unicode_nfc.cc include it.
+//
+// Reference for behaviour: the `@huggingface/tokenizers` npm package (pinned in
+// tests/tokenizer/package.json), which the cross-check test compares against id for id.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace hybridlm::tokenizer_detail {
+
+// ---------------------------------------------------------------------------------------------
+// UTF-8 (tokenizer_utf8.cc)
+
+// Result of reading one character at s[i]. kIncomplete: the bytes up to the end of s are a valid
+// start of a longer character (only possible at the end of s).
+struct Utf8Char {
+  enum Status { kOk, kInvalid, kIncomplete } status;
+  char32_t cp;  // valid when kOk
+  size_t len;   // kOk: bytes of the character; kInvalid: bytes replaced by one U+FFFD (>= 1);
+                // kIncomplete: bytes left
+};
+// Reads one character with the WHATWG "maximal subpart" rule that JavaScript's TextDecoder uses,
+// so one U+FFFD replaces each maximal invalid prefix.
+Utf8Char utf8_read(std::string_view s, size_t i);
+// Invalid bytes become U+FFFD (same rule). This is how encode() treats malformed input: it never
+// throws on bad UTF-8, it tokenizes what a JavaScript TextDecoder would have produced.
+std::string utf8_sanitize(std::string_view s);
+void utf8_append(std::string& out, char32_t cp);
+// Decodes valid UTF-8 (as produced by utf8_sanitize) to code points.
+std::u32string utf8_to_u32(std::string_view s);
+// JavaScript's \s (and String.prototype.trim): Zs, TAB, VT, FF, LF, CR, U+2028/9, U+FEFF.
+bool is_js_whitespace(char32_t cp);
+std::string_view js_trim_start(std::string_view s);
+std::string_view js_trim_end(std::string_view s);
+
+// ---------------------------------------------------------------------------------------------
+// Unicode normalization (unicode_nfc.cc)
+
+// Canonical composition (NFC) of valid UTF-8, table-driven (src/io/unicode_nfc_table.inc).
+std::string nfc(std::string_view s);
+const char* nfc_unicode_version();
+
+// ---------------------------------------------------------------------------------------------
+// Regex (tokenizer_regex.cc)
+
+// A compiled PCRE2 pattern (UTF + UCP, JIT when available). Matching uses JavaScript `matchAll`
+// semantics: leftmost matches, scanning resumes at the end of each match, and an empty match
+// moves the scan on by one character.
+class Regex {
+ public:
+  // pcre2_pattern is PCRE2 syntax; `where` names the file and component for error messages.
+  Regex(const std::string& pcre2_pattern, const std::string& where);
+  Regex(Regex&& other) noexcept;
+  Regex& operator=(Regex&& other) noexcept;
+  Regex(const Regex&) = delete;
+  Regex& operator=(const Regex&) = delete;
+  ~Regex();
+  // [begin, end) byte ranges of every match in s (valid UTF-8).
+  std::vector<std::pair<size_t, size_t>> find_all(std::string_view s) const;
+
+ private:
+  void* code_ = nullptr;  // pcre2_code_8*
+  std::string where_;
+};
+
+// Rewrites a pattern written for Oniguruma (the engine of the Rust `tokenizers` crate, which is
+// what tokenizer.json patterns are authored for) into PCRE2 syntax with the same meaning as the
+// JavaScript reference gives it: \s is Unicode White_Space, (?i:...) folds ASCII letters only,
+// `.` excludes only \n, ^ and $ are line anchors, \h is a hex digit. Throws Error (naming
+// `where`) on constructs it cannot carry over: character-class intersection (&&), nested
+// classes, \G, inline flags other than (?i:...), and {n,m} directly followed by + or *.
+std::string oniguruma_to_pcre2(std::string_view pattern, const std::string& where);
+
+// Escapes a literal string for use inside a PCRE2 pattern.
+std::string pcre2_escape_literal(std::string_view literal);
+
+// ---------------------------------------------------------------------------------------------
+// Pre-tokenizers (tokenizer_pretok.cc)
+
+// GPT-2's reversible map from bytes to printable characters (byte 0x20 ' ' -> U+0120 'Ġ'), as
+// UTF-8 strings, and its inverse.
+const std::array<std::string, 256>& byte_to_unicode();
+std::optional<uint8_t> unicode_to_byte(char32_t cp);
+
+// Splits each piece of text into smaller pieces; pieces are UTF-8 strings. ByteLevel rewrites
+// pieces into the byte-to-unicode alphabet that BPE vocabularies are spelled in.
+class PreTokenizer {
+ public:
+  virtual ~PreTokenizer() = default;
+  virtual void apply(std::vector<std::string>& pieces) const = 0;
+};
+// `where` names the file for error messages. Returns nullptr for a JSON null.
+std::unique_ptr<PreTokenizer> make_pre_tokenizer(const nlohmann::json& config, const std::string& where);
+
+// ---------------------------------------------------------------------------------------------
+// BPE model (tokenizer_bpe.cc)
+
+// Byte-pair encoding: a word (one pre-token) starts as its characters and the pair with the
+// lowest merge rank is merged until no pair has a rank; equal ranks merge leftmost first.
+class BpeModel {
+ public:
+  static BpeModel from_json(const nlohmann::json& model, const std::string& where);
+
+  // The reference looks tokens up in the vocabulary extended by the added tokens' contents, and
+  // maps a token string to an id through the added tokens first. `added` holds every added-token
+  // lookup key (content, and normalized content) -> id; `raw_added` holds contents only.
+  void set_added_tokens(const std::unordered_map<std::string, int32_t>& added,
+                        const std::unordered_map<std::string, int32_t>& raw_added);
+
+  // Appends the ids of one pre-token. `cache` memoizes words within one encode() call.
+  using Cache = std::unordered_map<std::string, std::vector<int32_t>>;
+  void encode_word(const std::string& word, std::vector<int32_t>& out, Cache& cache) const;
+
+  // Token string -> id: added tokens first (see set_added_tokens), then the vocabulary.
+  std::optional<int32_t> token_to_id(std::string_view token) const { return final_id(token); }
+  const std::vector<std::string>& id_to_token() const { return id_to_token_; }  // "" = hole
+  std::optional<int32_t> unk_id() const { return unk_id_; }
+  bool fuse_unk() const { return fuse_unk_; }
+
+ private:
+  void merge_word(const std::string& word, std::vector<int32_t>& out) const;
+  void emit_unknown(std::string_view symbol, std::vector<int32_t>& out) const;
+  std::optional<int32_t> final_id(std::string_view token) const;
+
+  std::unordered_map<std::string, int32_t> vocab_;  // as in tokenizer.json
+  std::vector<std::string> id_to_token_;
+  // (left id << 32 | right id) -> (rank, merged id)
+  std::unordered_map<uint64_t, std::pair<int32_t, int32_t>> merges_;
+  std::vector<int32_t> final_of_vocab_;             // vocab id -> id the reference reports for that string
+  std::unordered_map<std::string, int32_t> added_;  // see set_added_tokens
+  std::unordered_map<std::string, int32_t> raw_added_;  // see set_added_tokens
+  std::optional<int32_t> unk_id_;
+  bool fuse_unk_ = false;
+  bool byte_fallback_ = false;
+  bool ignore_merges_ = false;
+  std::string where_;
+};
+
+}  // namespace hybridlm::tokenizer_detail
