@@ -2,7 +2,24 @@
 
 #include <algorithm>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define HYBRIDLM_PAUSE() _mm_pause()
+#else
+#define HYBRIDLM_PAUSE() std::this_thread::yield()
+#endif
+
 namespace hybridlm {
+
+namespace {
+// Spin iterations (each a pause, ~tens of ns) before a worker goes to sleep.
+constexpr int kSpins = 20000;
+
+void run_chunk(const std::function<void(size_t, size_t)>& fn, size_t n, size_t chunks, size_t i) {
+  const size_t begin = n * i / chunks, end = n * (i + 1) / chunks;
+  if (begin < end) fn(begin, end);
+}
+}  // namespace
 
 ThreadPool::ThreadPool(int n_threads) : n_threads_(std::max(1, n_threads)) {
   for (int i = 1; i < n_threads_; ++i) threads_.emplace_back([this, i] { worker(i); });
@@ -11,58 +28,53 @@ ThreadPool::ThreadPool(int n_threads) : n_threads_(std::max(1, n_threads)) {
 ThreadPool::~ThreadPool() {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
+    stop_.store(true);
   }
-  cv_start_.notify_all();
+  cv_.notify_all();
   for (auto& t : threads_) t.join();
 }
 
-static void run_chunk(const std::function<void(size_t, size_t)>& fn, size_t n, size_t chunks, size_t i) {
-  size_t begin = n * i / chunks, end = n * (i + 1) / chunks;
-  if (begin < end) fn(begin, end);
-}
-
 void ThreadPool::worker(int index) {
-  unsigned long seen = 0;
+  uint64_t seen = 0;
   for (;;) {
-    const std::function<void(size_t, size_t)>* job;
-    size_t n, chunks;
-    {
+    uint64_t g = generation_.load(std::memory_order_acquire);
+    for (int spin = 0; g == seen && spin < kSpins && !stop_.load(std::memory_order_relaxed); ++spin) {
+      HYBRIDLM_PAUSE();
+      g = generation_.load(std::memory_order_acquire);
+    }
+    if (g == seen) {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_start_.wait(lock, [&] { return stop_ || generation_ != seen; });
-      if (stop_) return;
-      seen = generation_;
-      job = job_;
-      n = job_n_;
-      chunks = job_chunks_;
+      sleepers_.fetch_add(1);
+      cv_.wait(lock, [&] { return stop_.load() || generation_.load() != seen; });
+      sleepers_.fetch_sub(1);
+      g = generation_.load(std::memory_order_acquire);
     }
-    if (static_cast<size_t>(index) < chunks) run_chunk(*job, n, chunks, static_cast<size_t>(index));
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (--pending_ == 0) cv_done_.notify_one();
-    }
+    if (stop_.load()) return;
+    seen = g;
+    if (static_cast<size_t>(index) < job_chunks_) run_chunk(*job_, job_n_, job_chunks_, static_cast<size_t>(index));
+    pending_.fetch_sub(1, std::memory_order_acq_rel);
   }
 }
 
 void ThreadPool::parallel_for(size_t n, const std::function<void(size_t, size_t)>& fn, size_t grain) {
   if (n == 0) return;
-  size_t chunks = std::min<size_t>(n_threads_, (n + grain - 1) / std::max<size_t>(grain, 1));
+  const size_t chunks = std::min<size_t>(n_threads_, (n + grain - 1) / std::max<size_t>(grain, 1));
   if (chunks <= 1 || threads_.empty()) {
     fn(0, n);
     return;
   }
+  job_ = &fn;
+  job_n_ = n;
+  job_chunks_ = chunks;
+  pending_.store(static_cast<int>(threads_.size()), std::memory_order_relaxed);
   {
+    // Bump under the lock so a worker that is about to sleep cannot miss it.
     std::lock_guard<std::mutex> lock(mu_);
-    job_ = &fn;
-    job_n_ = n;
-    job_chunks_ = chunks;
-    pending_ = static_cast<int>(threads_.size());
-    ++generation_;
+    generation_.fetch_add(1, std::memory_order_release);
   }
-  cv_start_.notify_all();
+  if (sleepers_.load() > 0) cv_.notify_all();
   run_chunk(fn, n, chunks, 0);
-  std::unique_lock<std::mutex> lock(mu_);
-  cv_done_.wait(lock, [&] { return pending_ == 0; });
+  while (pending_.load(std::memory_order_acquire) != 0) HYBRIDLM_PAUSE();
 }
 
 }  // namespace hybridlm

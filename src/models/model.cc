@@ -110,7 +110,6 @@ void Model::forward(const KernelContext& ctx, std::span<const int32_t> tokens, s
   cpu::rmsnorm(ctx, sc.rows.data(), norm_f_.data(), R, H, cfg_.norm_eps, sc.rows.data());
   const Matrix& head = cfg_.tie_embeddings ? embedding_ : lm_head_;
   cpu::matmul(ctx, head.view(), nullptr, sc.rows.data(), R, logits);
-  (void)V;
 }
 
 }  // namespace hybridlm

@@ -19,17 +19,16 @@ Engine::Engine(const std::filesystem::path& dir, const EngineOptions& opt)
   states_ = std::make_unique<StatePool>(model_.state_specs(), opt.max_sequences);
 }
 
-std::vector<float> Engine::step(std::span<const int32_t> tokens, std::span<const BatchRun> runs,
-                                std::span<const int> logit_rows) {
-  std::vector<float> logits(logit_rows.size() * static_cast<size_t>(vocab_size()));
-  model_.forward(ctx_, tokens, runs, *states_, logit_rows, logits.data(), scratch_);
-  return logits;
+std::span<const float> Engine::step(std::span<const int32_t> tokens, std::span<const BatchRun> runs,
+                                    std::span<const int> logit_rows) {
+  logits_.resize(logit_rows.size() * static_cast<size_t>(vocab_size()));
+  model_.forward(ctx_, tokens, runs, *states_, logit_rows, logits_.data(), scratch_);
+  return logits_;
 }
 
 std::vector<float> Engine::prefill(int slot, std::span<const int32_t> tokens, bool all_logits, int chunk) {
   check(!tokens.empty(), "empty prompt: nothing to evaluate");
   std::vector<float> out;
-  const size_t V = static_cast<size_t>(vocab_size());
   std::vector<int> rows;
   for (size_t b = 0; b < tokens.size(); b += static_cast<size_t>(chunk)) {
     const int n = static_cast<int>(std::min<size_t>(chunk, tokens.size() - b));
@@ -40,10 +39,9 @@ std::vector<float> Engine::prefill(int slot, std::span<const int32_t> tokens, bo
       for (int i = 0; i < n; ++i) rows.push_back(i);
     else if (last_chunk)
       rows.push_back(n - 1);
-    std::vector<float> l = step(tokens.subspan(b, n), std::span(&run, 1), rows);
+    std::span<const float> l = step(tokens.subspan(b, n), std::span(&run, 1), rows);
     out.insert(out.end(), l.begin(), l.end());
   }
-  (void)V;
   return out;
 }
 
@@ -121,7 +119,8 @@ GenerateResult generate(Engine& engine, const Tokenizer& tok, std::span<const in
     if (i + 1 == opt.max_new_tokens) break;
     const BatchRun run{slot, 1};
     const int row = 0;
-    logits = engine.step(std::span(&next, 1), std::span(&run, 1), std::span(&row, 1));
+    std::span<const float> l = engine.step(std::span(&next, 1), std::span(&run, 1), std::span(&row, 1));
+    logits.assign(l.begin(), l.end());  // the sampler edits its copy; capacity is reused
   }
   if (!stops.stopped()) {
     emit(stream.flush());

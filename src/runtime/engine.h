@@ -36,8 +36,9 @@ class Engine {
   void free_sequence(int slot) { states_->release(slot); }
 
   // One varlen forward step: runs[i] continues slot runs[i].slot with runs[i].len tokens taken in
-  // order from `tokens`. Returns logits (rows, vocab) for the requested rows.
-  std::vector<float> step(std::span<const int32_t> tokens, std::span<const BatchRun> runs,
+  // order from `tokens`. Returns logits (rows, vocab) for the requested rows: a view of the
+  // engine's buffer, valid until the next step (no allocation per step once warm).
+  std::span<const float> step(std::span<const int32_t> tokens, std::span<const BatchRun> runs,
                           std::span<const int> logit_rows);
   // Feeds `tokens` to one sequence in chunks of at most `chunk` tokens; returns the logits of
   // every position when all_logits, else of the last position only.
@@ -49,6 +50,7 @@ class Engine {
   KernelContext ctx_;
   std::unique_ptr<StatePool> states_;
   ForwardScratch scratch_;
+  std::vector<float> logits_;
 };
 
 struct GenerateOptions {

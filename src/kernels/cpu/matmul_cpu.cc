@@ -99,6 +99,9 @@ template <bool kBf16>
 HYBRIDLM_AVX512 void rows_avx512(const WeightView& W, const float* bias, const float* x, int T,
                                  float* y, int r_begin, int r_end) {
   int r = r_begin;
+  // Decode (T < kTileT): memory-bound, so keep 8 weight rows in flight instead of 4.
+  if (T < kTileT)
+    for (; r + 2 * kTileR <= r_end; r += 2 * kTileR) row_tile_avx512<kBf16, 2 * kTileR>(W, bias, x, T, r, y);
   for (; r + kTileR <= r_end; r += kTileR) row_tile_avx512<kBf16, kTileR>(W, bias, x, T, r, y);
   for (; r < r_end; ++r) row_tile_avx512<kBf16, 1>(W, bias, x, T, r, y);
 }
