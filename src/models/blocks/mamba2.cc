@@ -35,6 +35,8 @@ LayerStateSpec mamba2_state_spec(const Mamba2Spec& s) {
   return {s.d_conv - 1, s.conv_dim(), static_cast<size_t>(s.n_heads) * s.head_dim * s.d_state};
 }
 
+constexpr int kCpuSsdChunk = 64;
+
 static const float* bias_or_null(const std::vector<float>& b) { return b.empty() ? nullptr : b.data(); }
 
 void mamba2_forward(const KernelContext& ctx, const Mamba2Spec& s, const Mamba2Weights& w, const float* u,
@@ -64,11 +66,15 @@ void mamba2_forward(const KernelContext& ctx, const Mamba2Spec& s, const Mamba2W
     }
   // y: (T, I) = SSD scan over x (I), B (G*N), C (G*N), per sequence from its SSM state
   const SsdDims dims{nh, s.head_dim, G, N};
+  // The chunked form is exact for any chunk length; chunk_size (256 in released configs) is tuned
+  // for GPU tensor cores. On CPU the intra-chunk work grows with the chunk while the state pass
+  // does not, and 32-64 measured fastest (docs/benchmarks.md), so cap it.
+  const int chunk = std::min(s.chunk_size, kCpuSsdChunk);
   for (const SeqRun& r : runs) {
     const size_t o = static_cast<size_t>(r.start);
     const float* xr = sc.xbc.data() + o * conv_dim;
     cpu::ssd_scan(ctx, xr, conv_dim, sc.dt.data() + o * nh, w.A.data(), xr + I, xr + I + G * N, conv_dim,
-                  w.D.data(), dims, s.chunk_size, r.ssm_state, r.len, sc.y.data() + o * I);
+                  w.D.data(), dims, chunk, r.ssm_state, r.len, sc.y.data() + o * I);
   }
   // g: (T, I) = norm_w * rmsnorm_groups(y * silu(z))
   const int group = s.norm_grouping == NormGrouping::Grouped ? I / G : I;
