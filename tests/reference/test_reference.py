@@ -66,11 +66,19 @@ CASES = [
                                         "embedding"], 22),
     ("mamba2 backbone.embedding alias", ["--preset", "mamba2-tiny", "--embedding-name",
                                          "embedding", "--untie"], 24),
+    # Optional 4th element: extra engine flags and the reference's norm semantics.
+    ("mamba2 n_groups 4, HF full-width norm", ["--preset", "mamba2-tiny", "--set", "n_groups=4"], 33,
+     {"engine": ["--mamba2-norm", "full"], "norm": "full"}),
+    ("mamba2 bf16 on disk, --dtype bf16", ["--preset", "mamba2-tiny", "--dtype", "bf16"], 30,
+     {"engine": ["--dtype", "bf16"]}),
+    ("mamba bf16 on disk, --dtype bf16", ["--preset", "mamba-tiny", "--dtype", "bf16", "--untie"], 30,
+     {"engine": ["--dtype", "bf16"]}),
 ]
 
 
-def run_case(index, name, args, T, binary, scratch):
+def run_case(index, name, args, T, binary, scratch, extra=None):
     """Returns (passed, one-line detail)."""
+    extra = extra or {}
     d = os.path.join(scratch, "case%02d" % index)
     make_test_checkpoint.main(["--out", d, "--seed", str(index)] + args)
     model = mamba_ref.load_model(d)
@@ -80,7 +88,7 @@ def run_case(index, name, args, T, binary, scratch):
     ids[rng.integers(0, T)] = 0
     out = os.path.join(d, "logits.npy")
     cmd = [binary, "score", "-m", d, "--ids", ",".join(str(int(i)) for i in ids),
-           "--logits-out", out]
+           "--logits-out", out] + extra.get("engine", [])
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
     except subprocess.TimeoutExpired:
@@ -97,7 +105,7 @@ def run_case(index, name, args, T, binary, scratch):
         return False, "logits shape %s, expected %s" % (got.shape, (T, model.vocab))
     if not np.all(np.isfinite(got)):
         return False, "non-finite logits"
-    ref = mamba_ref.forward(model, ids)
+    ref = mamba_ref.forward(model, ids, norm_groups=extra.get("norm", "grouped"))
     err = np.abs(got.astype(np.float64) - ref)
     scale = max(1.0, float(np.max(np.abs(ref))))
     if np.max(err) > TOL * scale:
@@ -118,10 +126,10 @@ def main():
     shutil.rmtree(scratch, ignore_errors=True)
     os.makedirs(scratch)
     passed = failed = 0
-    for index, (name, args, T) in enumerate(CASES):
+    for index, (name, args, T, *extra) in enumerate(CASES):
         start = time.time()
         try:
-            ok, detail = run_case(index, name, args, T, binary, scratch)
+            ok, detail = run_case(index, name, args, T, binary, scratch, extra[0] if extra else None)
         except (Exception, SystemExit) as e:
             ok, detail = False, "error: %s: %s" % (type(e).__name__, e)
         if ok:
