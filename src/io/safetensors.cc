@@ -319,6 +319,12 @@ Checkpoint Checkpoint::open(const std::filesystem::path& dir, bool use_mmap) {
     }
     ck.files_.reserve(by_shard.size());
     for (const auto& [shard, names] : by_shard) {
+      // A shard is a file name inside the checkpoint directory: no paths (an index from a
+      // stranger must not make us open /etc/passwd or ../../anything).
+      check(!shard.empty() && shard != "." && shard != ".." &&
+                shard.find_first_of(std::string("/\\\0", 3)) == std::string::npos,
+            iname + ": shard '" + one_line(shard) + "' (for tensor '" + one_line(names.front()) +
+                "') is not a plain file name");
       const std::filesystem::path sp = dir / shard;
       check(std::filesystem::is_regular_file(sp, ec),
             iname + ": shard file '" + one_line(shard) + "' (for tensor '" + one_line(names.front()) +

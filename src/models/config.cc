@@ -108,6 +108,8 @@ HybridConfig parse_config(const nlohmann::json& j, const std::string& where, Nor
               "'); supported: " + known);
 }
 
+constexpr size_t kMaxConfigBytes = 16u << 20;
+
 // Python's json module writes float('inf') as a bare Infinity (e.g. Mamba2's time_step_limit),
 // which strict JSON parsers reject. Turn bare Infinity / -Infinity / NaN outside strings into strings
 // that the adapters understand.
@@ -139,19 +141,25 @@ static std::string quote_nonfinite(const std::string& text) {
   return out;
 }
 
+HybridConfig parse_config_text(const std::string& text, const std::string& where, NormGrouping mamba2_norm) {
+  check(text.size() <= kMaxConfigBytes, where + ": " + std::to_string(text.size()) +
+                                            " bytes, over the 16 MiB limit for a config.json");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(quote_nonfinite(text));
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(where + ": malformed JSON: " + e.what());
+  }
+  return parse_config(j, where, mamba2_norm);
+}
+
 HybridConfig load_config(const std::filesystem::path& dir, NormGrouping mamba2_norm) {
   const auto path = dir / "config.json";
   std::ifstream in(path);
   if (!in) throw Error(path.string() + ": cannot open (is " + dir.string() + " a model directory?)");
   std::stringstream text;
   text << in.rdbuf();
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(quote_nonfinite(text.str()));
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(path.string() + ": malformed JSON: " + e.what());
-  }
-  return parse_config(j, path.string(), mamba2_norm);
+  return parse_config_text(text.str(), path.string(), mamba2_norm);
 }
 
 }  // namespace hybridlm

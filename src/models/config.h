@@ -64,6 +64,9 @@ struct HybridConfig {
 // Reads <dir>/config.json and dispatches on `architectures` / `model_type` to a family adapter.
 // Errors name the file and the key.
 HybridConfig load_config(const std::filesystem::path& dir, NormGrouping mamba2_norm = NormGrouping::Grouped);
+// The text of a config.json (bare Infinity / NaN accepted, as Python writes them).
+HybridConfig parse_config_text(const std::string& text, const std::string& where,
+                               NormGrouping mamba2_norm = NormGrouping::Grouped);
 HybridConfig parse_config(const nlohmann::json& j, const std::string& where,
                           NormGrouping mamba2_norm = NormGrouping::Grouped);
 

@@ -214,6 +214,16 @@ TEST_F(SafetensorsTest, IndexNamesMissingShardFile) {
                     HasSubstr("does not exist")));
 }
 
+TEST_F(SafetensorsTest, IndexShardMustBeAPlainFileName) {
+  // The index must not be able to point outside the checkpoint directory.
+  for (const char* shard : {"../model-00001-of-00002.safetensors", "/etc/passwd", "..", "sub/x.safetensors"}) {
+    write_two_shards(dir_, std::string(R"({"weight_map": {"layers.0.w": ")") + shard + R"("}})");
+    EXPECT_THAT(error_of([&] { Checkpoint::open(dir_); }),
+                AllOf(HasSubstr(shard), HasSubstr("is not a plain file name")))
+        << shard;
+  }
+}
+
 TEST_F(SafetensorsTest, IndexNamesTensorAbsentFromShard) {
   write_two_shards(dir_, R"({"weight_map": {
       "layers.0.w": "model-00001-of-00002.safetensors",

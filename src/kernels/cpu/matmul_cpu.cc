@@ -3,8 +3,10 @@
 // tiling, so a token's result is bitwise identical alone or inside any batch.
 // GCC 12 reports its own intrinsics' _mm512_undefined_* placeholders as uninitialized (a known
 // false positive of avx512fintrin.h); silence exactly those two warnings in this file.
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
 
 #include <algorithm>
