@@ -69,15 +69,10 @@ std::string JsonKeys::string(const char* key, const std::string& def) const {
   return j_[key].get<std::string>();
 }
 
-int JsonKeys::positive(const char* key) const {
-  int64_t v = integer(key);
-  if (v <= 0 || v > (1 << 30)) fail(key, "must be a positive integer");
-  return static_cast<int>(v);
-}
-
-int JsonKeys::positive(const char* key, int64_t def) const {
+int JsonKeys::positive(const char* key, int64_t def, int64_t max) const {
   int64_t v = integer(key, def);
-  if (v <= 0 || v > (1 << 30)) fail(key, "must be a positive integer");
+  if (v <= 0) fail(key, "must be a positive integer");
+  if (v > max) fail(key, "must be at most " + std::to_string(max));
   return static_cast<int>(v);
 }
 

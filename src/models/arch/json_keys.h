@@ -19,9 +19,10 @@ class JsonKeys {
   const nlohmann::json& raw(const char* key) const { return j_[key]; }
   // Throws "<where>: <key> = <value>: <why>".
   [[noreturn]] void fail(const char* key, const std::string& why) const;
-  // Positive integer (required or defaulted).
-  int positive(const char* key) const;
-  int positive(const char* key, int64_t def) const;
+  // Positive integer in [1, max] (required or defaulted). The caps keep every derived size
+  // (products of dims) far from integer overflow; real models are orders of magnitude below.
+  int positive(const char* key, int64_t def, int64_t max = kMaxDim) const;
+  static constexpr int64_t kMaxDim = 1 << 22;
   const std::string& where() const { return where_; }
 
  private:

@@ -13,7 +13,7 @@ namespace hybridlm {
 static HybridConfig parse_mamba_common(const JsonKeys& k, bool falcon) {
   HybridConfig c;
   c.d_model = k.positive("hidden_size", 768);
-  c.vocab_size = k.positive("vocab_size", 50280);
+  c.vocab_size = k.positive("vocab_size", 50280, 1 << 24);
   c.norm_eps = static_cast<float>(k.number("layer_norm_epsilon", 1e-5));
   c.tie_embeddings = k.boolean("tie_word_embeddings", true);
   c.bos_token_id = static_cast<int32_t>(k.integer("bos_token_id", 0));
@@ -24,10 +24,11 @@ static HybridConfig parse_mamba_common(const JsonKeys& k, bool falcon) {
     // The residual stream is always f32 here; with bf16/f16 residuals HF rounds it each layer.
   }
   const double expand = k.number("expand", 2);
+  if (!(expand > 0 && expand * c.d_model <= JsonKeys::kMaxDim)) k.fail("expand", "expand x hidden_size must be in [1, 2^22]");
   Mamba1Spec m;
   m.d_inner = k.positive("intermediate_size", static_cast<int64_t>(expand * c.d_model));
-  m.d_state = k.positive("state_size", 16);
-  m.d_conv = k.positive("conv_kernel", 4);
+  m.d_state = k.positive("state_size", 16, 4096);
+  m.d_conv = k.positive("conv_kernel", 4, 64);
   if (k.has("time_step_rank") && k.raw("time_step_rank").is_string()) {
     if (k.string("time_step_rank", "auto") != "auto") k.fail("time_step_rank", "expected an integer or \"auto\"");
     m.dt_rank = (c.d_model + 15) / 16;
@@ -38,7 +39,7 @@ static HybridConfig parse_mamba_common(const JsonKeys& k, bool falcon) {
   m.conv_bias = k.boolean("use_conv_bias", true);
   m.dt_bc_rms = falcon;
   m.dt_bc_rms_eps = static_cast<float>(k.number("mixer_rms_eps", 1e-6));
-  const int n_layers = k.positive("num_hidden_layers", 32);
+  const int n_layers = k.positive("num_hidden_layers", 32, 1 << 14);
   c.blocks.assign(n_layers, BlockSpec{MixerKind::Mamba1, m, {}});
   return c;
 }

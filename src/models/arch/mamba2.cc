@@ -12,7 +12,7 @@ namespace hybridlm {
 HybridConfig parse_mamba2(const JsonKeys& k, NormGrouping mamba2_norm) {
   HybridConfig c;
   c.d_model = k.positive("hidden_size", 4096);
-  c.vocab_size = k.positive("vocab_size", 32768);
+  c.vocab_size = k.positive("vocab_size", 32768, 1 << 24);
   c.norm_eps = static_cast<float>(k.number("layer_norm_epsilon", 1e-5));
   c.tie_embeddings = k.boolean("tie_word_embeddings", false);
   c.bos_token_id = static_cast<int32_t>(k.integer("bos_token_id", 0));
@@ -23,18 +23,20 @@ HybridConfig parse_mamba2(const JsonKeys& k, NormGrouping mamba2_norm) {
   Mamba2Spec m;
   m.n_heads = k.positive("num_heads", 128);
   m.head_dim = k.positive("head_dim", 64);
-  m.d_state = k.positive("state_size", 128);
-  m.n_groups = k.positive("n_groups", 8);
-  m.d_conv = k.positive("conv_kernel", 4);
-  m.chunk_size = k.positive("chunk_size", 256);
+  m.d_state = k.positive("state_size", 128, 4096);
+  m.n_groups = k.positive("n_groups", 8, 1024);
+  m.d_conv = k.positive("conv_kernel", 4, 64);
+  m.chunk_size = k.positive("chunk_size", 256, 1 << 16);
   m.proj_bias = k.boolean("use_bias", false);
   m.conv_bias = k.boolean("use_conv_bias", true);
   m.norm_eps = c.norm_eps;
   m.norm_grouping = mamba2_norm;
   const double expand = k.number("expand", 2);
+  if (!(expand > 0 && expand * c.d_model <= JsonKeys::kMaxDim)) k.fail("expand", "expand x hidden_size must be in [1, 2^22]");
   m.d_inner = static_cast<int>(expand * c.d_model);
-  if (m.n_heads * m.head_dim != m.d_inner)
-    k.fail("num_heads", "num_heads x head_dim = " + std::to_string(m.n_heads * m.head_dim) +
+  const int64_t heads_x_dim = static_cast<int64_t>(m.n_heads) * m.head_dim;
+  if (heads_x_dim != m.d_inner)
+    k.fail("num_heads", "num_heads x head_dim = " + std::to_string(heads_x_dim) +
                             " must equal expand x hidden_size = " + std::to_string(m.d_inner));
   if (m.n_heads % m.n_groups != 0)
     k.fail("n_groups", "must divide num_heads = " + std::to_string(m.n_heads));
@@ -52,7 +54,7 @@ HybridConfig parse_mamba2(const JsonKeys& k, NormGrouping mamba2_norm) {
     m.dt_max = bound(lim[1], std::numeric_limits<float>::infinity());
     if (!(m.dt_min <= m.dt_max) || m.dt_min < 0) k.fail("time_step_limit", "need 0 <= min <= max");
   }
-  const int n_layers = k.positive("num_hidden_layers", 64);
+  const int n_layers = k.positive("num_hidden_layers", 64, 1 << 14);
   c.blocks.assign(n_layers, BlockSpec{MixerKind::Mamba2, {}, m});
   return c;
 }

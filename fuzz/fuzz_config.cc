@@ -1,0 +1,28 @@
+// config.json for every family: any text. A config that parses must describe consistent sizes.
+#include <cstdlib>
+
+#include "base/error.h"
+#include "models/config.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace hybridlm;
+  const std::string text(reinterpret_cast<const char*>(data), size);
+  for (NormGrouping g : {NormGrouping::Grouped, NormGrouping::Full}) {
+    try {
+      const HybridConfig c = parse_config_text(text, "config.json", g);
+      if (c.d_model <= 0 || c.vocab_size <= 0 || c.blocks.empty()) std::abort();
+      for (const BlockSpec& b : c.blocks) {
+        if (b.mixer == MixerKind::Mamba2) {
+          const Mamba2Spec& m = b.m2;
+          if (m.n_heads * m.head_dim != m.d_inner || m.n_heads % m.n_groups != 0) std::abort();
+          if (m.conv_dim() <= 0 || m.in_proj_dim() <= 0 || !(m.dt_min <= m.dt_max)) std::abort();
+        } else if (b.m1.d_inner <= 0 || b.m1.dt_rank <= 0 || b.m1.d_conv <= 0) {
+          std::abort();
+        }
+      }
+      (void)c.layer_pattern();
+    } catch (const Error&) {
+    }
+  }
+  return 0;
+}

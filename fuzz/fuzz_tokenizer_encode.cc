@@ -1,0 +1,30 @@
+// Tokenizer encode on arbitrary bytes (invalid UTF-8 included) with the real GPT-NeoX and Llama-3
+// files; every id must be in the vocabulary, decode must not fail, and the streaming decoder must
+// produce exactly what decode produces.
+#include <cstdlib>
+#include <memory>
+
+#include "base/error.h"
+#include "fuzz_util.h"
+#include "io/tokenizer.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace hybridlm;
+  static const std::unique_ptr<Tokenizer> toks[2] = {
+      std::make_unique<Tokenizer>(Tokenizer::load(fuzz::shared_data() / "tokenizers/gpt-neox-20b/tokenizer.json")),
+      std::make_unique<Tokenizer>(Tokenizer::load(fuzz::shared_data() / "tokenizers/llama3/tokenizer.json")),
+  };
+  if (size == 0) return 0;
+  const Tokenizer& t = *toks[data[0] & 1];
+  const std::string_view text(reinterpret_cast<const char*>(data + 1), size - 1);
+  const std::vector<int32_t> ids = t.encode(text);
+  for (int32_t id : ids)
+    if (id < 0 || id >= t.vocab_size()) std::abort();
+  const std::string whole = t.decode(ids, /*skip_special_tokens=*/true);
+  StreamDecoder s(t, /*skip_special_tokens=*/true);
+  std::string streamed;
+  for (int32_t id : ids) streamed += s.push(id);
+  streamed += s.flush();
+  if (streamed != whole) std::abort();
+  return 0;
+}
