@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 DEMO ?= models/demo-mamba2
 
-.PHONY: setup build run test bench clean
+.PHONY: setup build run test test-sanitize fuzz-smoke ci bench clean
 
 setup:
 	bash scripts/setup.sh
@@ -22,6 +22,20 @@ run: build $(DEMO)/config.json
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+# The whole suite built with AddressSanitizer + UndefinedBehaviorSanitizer (no recovery).
+test-sanitize: setup
+	cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHYBRIDLM_SANITIZE=ON
+	cmake --build build-asan -j $(JOBS)
+	cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j $(JOBS)
+
+# Every libFuzzer target for FUZZ_SECONDS each (scripts/fuzz.sh; longer runs: docs/security.md).
+FUZZ_SECONDS ?= 60
+fuzz-smoke: setup
+	bash scripts/fuzz.sh $(FUZZ_SECONDS)
+
+# What CI runs (.ci/run): the README's test command, then the sanitizer suite and the fuzz smoke run.
+ci: test test-sanitize fuzz-smoke
 
 clean:
 	rm -rf $(BUILD)

@@ -6,10 +6,19 @@
 #include "fuzz_util.h"
 #include "io/tokenizer.h"
 
+namespace {
+std::unique_ptr<hybridlm::Tokenizer> tok;
+}
+
+// Loading the real file takes seconds under the sanitizers: do it before the per-input timeout.
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  tok = std::make_unique<hybridlm::Tokenizer>(
+      hybridlm::Tokenizer::load(hybridlm::fuzz::shared_data() / "tokenizers/llama3/tokenizer.json"));
+  return 0;
+}
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace hybridlm;
-  static const std::unique_ptr<Tokenizer> tok =
-      std::make_unique<Tokenizer>(Tokenizer::load(fuzz::shared_data() / "tokenizers/llama3/tokenizer.json"));
   std::vector<int32_t> ids(size / 4);
   std::memcpy(ids.data(), data, ids.size() * 4);
   for (int32_t& id : ids) id %= tok->vocab_size() + 16;  // mostly valid, some beyond, some negative

@@ -8,12 +8,20 @@
 #include "fuzz_util.h"
 #include "io/tokenizer.h"
 
+namespace {
+std::unique_ptr<hybridlm::Tokenizer> toks[2];
+}
+
+// Loading the real files takes seconds under the sanitizers: do it before the per-input timeout.
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  using namespace hybridlm;
+  toks[0] = std::make_unique<Tokenizer>(Tokenizer::load(fuzz::shared_data() / "tokenizers/gpt-neox-20b/tokenizer.json"));
+  toks[1] = std::make_unique<Tokenizer>(Tokenizer::load(fuzz::shared_data() / "tokenizers/llama3/tokenizer.json"));
+  return 0;
+}
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace hybridlm;
-  static const std::unique_ptr<Tokenizer> toks[2] = {
-      std::make_unique<Tokenizer>(Tokenizer::load(fuzz::shared_data() / "tokenizers/gpt-neox-20b/tokenizer.json")),
-      std::make_unique<Tokenizer>(Tokenizer::load(fuzz::shared_data() / "tokenizers/llama3/tokenizer.json")),
-  };
   if (size == 0) return 0;
   const Tokenizer& t = *toks[data[0] & 1];
   const std::string_view text(reinterpret_cast<const char*>(data + 1), size - 1);

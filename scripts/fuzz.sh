@@ -27,7 +27,7 @@ for t in "${targets[@]}"; do
         -artifact_prefix="build-fuzz/artifacts/$t/" -print_final_stats=1 2>"build-fuzz/$t.log"; then
     status=1
     echo "!! $t failed; see build-fuzz/$t.log and build-fuzz/artifacts/$t/"
-    tail -30 "build-fuzz/$t.log"
+    grep -E "ERROR|runtime error|SUMMARY|Test unit written" "build-fuzz/$t.log" | cut -c1-300 | head -8
   fi
   grep -E "stat::number_of_executed_units|stat::peak_rss_mb" "build-fuzz/$t.log" | tr '\n' ' '
   echo

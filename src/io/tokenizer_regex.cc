@@ -17,6 +17,8 @@ std::string pcre2_message(int code) {
 
 pcre2_code* as_code(void* p) { return static_cast<pcre2_code*>(p); }
 
+constexpr uint32_t kRegexMatchLimit = 1000000;
+
 // Word characters as the reference defines them for \w and \b (Oniguruma's Unicode word set).
 constexpr const char* kWordChars = "\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}\\x{B2}\\x{B3}\\x{B9}\\x{BC}-\\x{BE}";
 constexpr const char* kHexChars = "0-9A-Fa-f";
@@ -284,21 +286,35 @@ Regex::~Regex() { pcre2_code_free(as_code(code_)); }
 
 std::vector<std::pair<size_t, size_t>> Regex::find_all(std::string_view s) const {
   std::vector<std::pair<size_t, size_t>> matches;
+  // Work limits per match attempt, so a pathological pattern from a stranger's tokenizer.json
+  // fails with an error instead of backtracking for minutes. Real pre-tokenizer patterns need a
+  // few hundred steps per match; the limits are orders of magnitude above that.
+  struct Context {
+    pcre2_match_context* p = pcre2_match_context_create(nullptr);
+    ~Context() { pcre2_match_context_free(p); }
+  } mc;
+  if (mc.p == nullptr) throw Error(where_ + ": out of memory for a regex match context");
+  pcre2_set_match_limit(mc.p, kRegexMatchLimit);
+  pcre2_set_depth_limit(mc.p, kRegexMatchLimit);
+  pcre2_set_heap_limit(mc.p, 64 * 1024);  // KiB
   pcre2_match_data* md = pcre2_match_data_create_from_pattern(as_code(code_), nullptr);
   if (md == nullptr) throw Error(where_ + ": out of memory for regex match data");
   const auto subject = reinterpret_cast<PCRE2_SPTR>(s.data());
   size_t start = 0;
   while (start <= s.size()) {
     // The subject is valid UTF-8 (sanitized on entry), so PCRE2's own check is skipped.
-    int rc = pcre2_match(as_code(code_), subject, s.size(), start, PCRE2_NO_UTF_CHECK, md, nullptr);
+    int rc = pcre2_match(as_code(code_), subject, s.size(), start, PCRE2_NO_UTF_CHECK, md, mc.p);
     if (rc == PCRE2_ERROR_JIT_STACKLIMIT) {  // same pattern, interpreter: same result, more stack
       rc = pcre2_match(as_code(code_), subject, s.size(), start, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, md,
-                       nullptr);
+                       mc.p);
     }
     if (rc == PCRE2_ERROR_NOMATCH) break;
     if (rc < 0) {
       pcre2_match_data_free(md);
-      throw Error(where_ + ": regex match failed: " + pcre2_message(rc));
+      throw Error(where_ + ": regex match failed: " + pcre2_message(rc) +
+                  (rc == PCRE2_ERROR_MATCHLIMIT || rc == PCRE2_ERROR_DEPTHLIMIT || rc == PCRE2_ERROR_HEAPLIMIT
+                       ? " (the pre-tokenizer pattern needs too much work on this input)"
+                       : ""));
     }
     const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
     const size_t b = ov[0], e = ov[1];

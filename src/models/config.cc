@@ -1,5 +1,6 @@
 #include "models/config.h"
 
+#include <cmath>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -46,8 +47,10 @@ int64_t JsonKeys::integer(const char* key, int64_t def) const {
   if (!has(key)) return def;
   const auto& v = j_[key];
   if (v.is_number_integer()) return v.get<int64_t>();
-  if (v.is_number_float() && v.get<double>() == static_cast<double>(static_cast<int64_t>(v.get<double>())))
-    return static_cast<int64_t>(v.get<double>());
+  if (v.is_number_float()) {  // 64.0 is accepted as 64; the range check comes before the cast
+    const double d = v.get<double>();
+    if (d >= -9.0e15 && d <= 9.0e15 && d == std::floor(d)) return static_cast<int64_t>(d);
+  }
   fail(key, "expected an integer");
 }
 

@@ -81,6 +81,16 @@ TEST(Config, BadConfigsNameTheProblem) {
   j["hidden_size"] = "big";
   EXPECT_NE(error_of(j).find("hidden_size = \"big\": expected an integer"), std::string::npos);
   j = base;
+  j["conv_kernel"] = 4.18446744073709551615e20;  // found by fuzz_config: the float->int cast was UB
+  EXPECT_NE(error_of(j).find("conv_kernel = 4.1844674407370955e+20: expected an integer"), std::string::npos)
+      << error_of(j);
+  j = base;
+  j["state_size"] = 64.0;  // an integral float is accepted
+  EXPECT_EQ(error_of(j), "(no error)");
+  j = base;
+  j["head_dim"] = 1 << 23;
+  EXPECT_NE(error_of(j).find("head_dim = 8388608: must be at most 4194304"), std::string::npos) << error_of(j);
+  j = base;
   j["time_step_limit"] = {0.1, 0.01};
   EXPECT_NE(error_of(j).find("time_step_limit"), std::string::npos);
   j = base;

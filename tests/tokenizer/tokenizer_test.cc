@@ -172,6 +172,24 @@ TEST(TokenizerBpe, SplitPreTokenizerWithCaseInsensitiveGroup) {
   EXPECT_EQ(tok.encode("'\xC5\xBF").size(), 3u);
 }
 
+TEST(TokenizerBpe, PathologicalRegexFailsWithAnErrorInsteadOfHanging) {
+  // Catastrophic backtracking: (a+)+$ on "aaa...ab" is exponential without a work limit.
+  json j = byte_level_tokenizer(kMerges, false);
+  j["pre_tokenizer"] = {{"type", "Sequence"},
+                        {"pretokenizers",
+                         {{{"type", "Split"}, {"pattern", {{"Regex", "(a+)+$"}}}, {"behavior", "Isolated"}},
+                          {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}}}};
+  const Tokenizer tok = load_json(j);
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    tok.encode(std::string(40, 'a') + "b");
+    FAIL() << "expected the regex work limit to trip";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("needs too much work"), std::string::npos) << e.what();
+  }
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 1.0);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Added tokens, post-processing, config
 
