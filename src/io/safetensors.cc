@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"
+#include "base/json.h"
 
 namespace hybridlm {
 
@@ -111,7 +112,7 @@ void parse_entry(const json& e, const std::string& where, TensorInfo* info, uint
       throw Error(where + ": negative dimension " + std::to_string(d.get<int64_t>()) + " in shape");
     }
     int64_t v = 0;
-    check(get_nonneg_int(d, &v), where + ": shape entry " + one_line(d.dump()) + " is not an integer");
+    check(get_nonneg_int(d, &v), where + ": shape entry " + json_brief(d) + " is not an integer");
     info->shape.push_back(v);
   }
 
@@ -121,7 +122,7 @@ void parse_entry(const json& e, const std::string& where, TensorInfo* info, uint
         where + ": 'data_offsets' is not an array of two integers");
   int64_t b = 0, en = 0;
   check(get_nonneg_int((*off)[0], &b) && get_nonneg_int((*off)[1], &en),
-        where + ": 'data_offsets' " + one_line(off->dump()) + " are not non-negative integers");
+        where + ": 'data_offsets' " + json_brief(*off) + " are not non-negative integers");
   check(b <= en, where + ": data_offsets begin " + std::to_string(b) + " > end " + std::to_string(en));
   *begin = static_cast<uint64_t>(b);
   *end = static_cast<uint64_t>(en);
@@ -201,6 +202,7 @@ SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path, bool us
   try {
     header = json::parse(base + 8, base + data_start,
                          [&](int depth, json::parse_event_t ev, json& parsed) {
+                           check_json_depth(depth, fname + ": header");
                            if (ev == json::parse_event_t::key && depth == 1 && duplicate.empty() &&
                                !seen.insert(parsed.get<std::string>()).second) {
                              duplicate = parsed.get<std::string>();
@@ -299,12 +301,8 @@ Checkpoint Checkpoint::open(const std::filesystem::path& dir, bool use_mmap) {
   std::error_code ec;
   if (std::filesystem::exists(index_path, ec)) {
     auto mf = MappedFile::open(index_path, use_mmap);
-    json index;
-    try {
-      index = json::parse(mf->data(), mf->data() + mf->size());
-    } catch (const json::exception& e) {
-      throw Error(iname + ": not valid JSON: " + one_line(e.what()));
-    }
+    const json index = parse_json(
+        std::string_view(reinterpret_cast<const char*>(mf->data()), mf->size()), iname);
     check(index.is_object(), iname + ": not a JSON object");
     auto wm = index.find("weight_map");
     check(wm != index.end(), iname + ": no 'weight_map'");

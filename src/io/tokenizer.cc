@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "base/error.h"
+#include "base/json.h"
 #include "io/tokenizer_internal.h"
 
 namespace hybridlm {
@@ -24,11 +25,7 @@ json read_json(const std::filesystem::path& file) {
   if (!in) throw Error(file.string() + ": cannot open file");
   std::stringstream ss;
   ss << in.rdbuf();
-  try {
-    return json::parse(ss.str());
-  } catch (const json::parse_error& e) {
-    throw Error(file.string() + ": malformed JSON: " + e.what());
-  }
+  return parse_json(ss.str(), file.string());
 }
 
 // Added-token strings, matched before pre-tokenization: at each position the longest token that
@@ -151,7 +148,7 @@ void Tokenizer::Impl::load_added_tokens(const json& j) {
     }
     AddedToken a;
     a.content = t["content"].get<std::string>();
-    if (a.content.empty()) throw Error(file + ": added token " + t["id"].dump() + " has empty content");
+    if (a.content.empty()) throw Error(file + ": added token " + json_brief(t["id"]) + " has empty content");
     a.id = t["id"].get<int32_t>();
     a.special = json_flag(t, "special", false);
     a.lstrip = json_flag(t, "lstrip", false);

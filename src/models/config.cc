@@ -6,6 +6,7 @@
 #include <string>
 
 #include "base/error.h"
+#include "base/json.h"
 #include "models/arch/families.h"
 #include "models/arch/json_keys.h"
 
@@ -34,7 +35,7 @@ std::string HybridConfig::layer_pattern() const {
 
 // ---- JsonKeys -----------------------------------------------------------------------------------
 void JsonKeys::fail(const char* key, const std::string& why) const {
-  std::string v = j_.contains(key) ? j_[key].dump() : "(missing)";
+  std::string v = j_.contains(key) ? json_brief(j_[key]) : "(missing)";
   throw Error(where_ + ": " + key + " = " + v + ": " + why);
 }
 
@@ -142,13 +143,7 @@ static std::string quote_nonfinite(const std::string& text) {
 HybridConfig parse_config_text(const std::string& text, const std::string& where, NormGrouping mamba2_norm) {
   check(text.size() <= kMaxConfigBytes, where + ": " + std::to_string(text.size()) +
                                             " bytes, over the 16 MiB limit for a config.json");
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(quote_nonfinite(text));
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(where + ": malformed JSON: " + e.what());
-  }
-  return parse_config(j, where, mamba2_norm);
+  return parse_config(parse_json(quote_nonfinite(text), where), where, mamba2_norm);
 }
 
 HybridConfig load_config(const std::filesystem::path& dir, NormGrouping mamba2_norm) {

@@ -129,6 +129,18 @@ with open(os.path.join(bad, "config.json"), "w") as f:
     f.write(cfg_text.replace('"head_dim": 16', '"head_dim": 10'))
 expect_error("impossible config value", ["inspect", "-m", bad], 1, "num_heads x head_dim")
 
+# Values nested a million deep (found by review: printing them in an error message overflowed the stack).
+with open(os.path.join(bad, "config.json"), "w") as f:
+    f.write('{"model_type": "mamba2", "hidden_size": ' + "[" * 1000000 + "]" * 1000000 + "}")
+expect_error("deeply nested config.json", ["inspect", "-m", bad], 1, "nested deeper than 128 levels")
+shutil.copy(os.path.join(m2, "config.json"), os.path.join(bad, "config.json"))
+import struct
+hdr = ('{"a": {"dtype": "F32", "shape": ' + "[" * 500000 + "]" * 500000 + ', "data_offsets": [0, 0]}}').encode()
+with open(st, "wb") as f:
+    f.write(struct.pack("<Q", len(hdr)) + hdr)
+expect_error("deeply nested safetensors header", ["inspect", "-m", bad], 1, "nested deeper than 128 levels")
+shutil.copy(os.path.join(m2, "model.safetensors"), st)
+
 passed = sum(results)
 print(f"{passed} passed, {len(results) - passed} failed")
 sys.exit(0 if passed == len(results) else 1)
