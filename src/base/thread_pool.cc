@@ -1,5 +1,7 @@
 #include "base/thread_pool.h"
 
+#include <sched.h>
+
 #include <algorithm>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -15,14 +17,33 @@ namespace {
 // Spin iterations (each a pause, ~tens of ns) before a worker goes to sleep.
 constexpr int kSpins = 20000;
 
-void run_chunk(const std::function<void(size_t, size_t)>& fn, size_t n, size_t chunks, size_t i) {
-  const size_t begin = n * i / chunks, end = n * (i + 1) / chunks;
-  if (begin < end) fn(begin, end);
-}
+// Caller-side spins before it starts yielding the core (matters when threads outnumber cores).
+constexpr int kCallerSpins = 2000;
 }  // namespace
 
+void ThreadPool::run_chunk(size_t i) {
+  const size_t begin = job_n_ * i / job_chunks_, end = job_n_ * (i + 1) / job_chunks_;
+  if (begin >= end) return;
+  try {
+    (*job_)(begin, end);
+  } catch (...) {  // kept for the caller to rethrow once every thread is done
+    std::lock_guard<std::mutex> lock(error_mu_);
+    if (!error_) error_ = std::current_exception();
+  }
+}
+
 ThreadPool::ThreadPool(int n_threads) : n_threads_(std::max(1, n_threads)) {
-  for (int i = 1; i < n_threads_; ++i) threads_.emplace_back([this, i] { worker(i); });
+  try {
+    for (int i = 1; i < n_threads_; ++i) threads_.emplace_back([this, i] { worker(i); });
+  } catch (...) {  // could not start them all: stop the ones that run, then report
+    stop_.store(true);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+    }
+    cv_.notify_all();
+    for (auto& t : threads_) t.join();
+    throw;
+  }
 }
 
 ThreadPool::~ThreadPool() {
@@ -51,7 +72,7 @@ void ThreadPool::worker(int index) {
     }
     if (stop_.load()) return;
     seen = g;
-    if (static_cast<size_t>(index) < job_chunks_) run_chunk(*job_, job_n_, job_chunks_, static_cast<size_t>(index));
+    if (static_cast<size_t>(index) < job_chunks_) run_chunk(static_cast<size_t>(index));
     pending_.fetch_sub(1, std::memory_order_acq_rel);
   }
 }
@@ -73,8 +94,23 @@ void ThreadPool::parallel_for(size_t n, const std::function<void(size_t, size_t)
     generation_.fetch_add(1, std::memory_order_release);
   }
   if (sleepers_.load() > 0) cv_.notify_all();
-  run_chunk(fn, n, chunks, 0);
-  while (pending_.load(std::memory_order_acquire) != 0) HYBRIDLM_PAUSE();
+  run_chunk(0);
+  for (int spin = 0; pending_.load(std::memory_order_acquire) != 0; ++spin) {
+    if (spin < kCallerSpins) HYBRIDLM_PAUSE();
+    else std::this_thread::yield();
+  }
+  if (error_) {
+    std::exception_ptr e;
+    std::swap(e, error_);
+    std::rethrow_exception(e);
+  }
+}
+
+int available_cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
 }
 
 }  // namespace hybridlm

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <exception>
 #include <cstddef>
 #include <functional>
 #include <mutex>
@@ -24,11 +25,13 @@ class ThreadPool {
 
   int size() const { return n_threads_; }
   // fn(begin, end) over a split of [0, n); each range is at least `grain` long (except the last).
-  // Not reentrant: fn must not call parallel_for on the same pool.
+  // Not reentrant: fn must not call parallel_for on the same pool. An exception thrown by fn on
+  // any thread is rethrown here, after every thread has finished its range.
   void parallel_for(size_t n, const std::function<void(size_t, size_t)>& fn, size_t grain = 1);
 
  private:
   void worker(int index);
+  void run_chunk(size_t i);
   int n_threads_;
   std::vector<std::thread> threads_;
   // The job of the current generation (written before generation_ is bumped).
@@ -40,6 +43,11 @@ class ThreadPool {
   std::mutex mu_;
   std::condition_variable cv_;
   std::atomic<int> sleepers_{0};
+  std::mutex error_mu_;
+  std::exception_ptr error_;
 };
+
+// Cores this process may run on (the affinity mask, which containers and taskset narrow).
+int available_cores();
 
 }  // namespace hybridlm

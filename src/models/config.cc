@@ -67,6 +67,20 @@ bool JsonKeys::boolean(const char* key, bool def) const {
   return j_[key].get<bool>();
 }
 
+std::optional<int32_t> JsonKeys::token_id(const char* key, std::optional<int32_t> def) const {
+  if (!j_.contains(key)) return def;
+  if (j_[key].is_null()) return std::nullopt;
+  const int64_t v = integer(key, 0);
+  if (v < 0 || v > INT32_MAX) fail(key, "not a valid token id");
+  return static_cast<int32_t>(v);
+}
+
+float JsonKeys::positive_number(const char* key, double def) const {
+  const double v = number(key, def);
+  if (!(v > 0 && v < 1e30)) fail(key, "must be a finite number > 0");
+  return static_cast<float>(v);
+}
+
 std::string JsonKeys::string(const char* key, const std::string& def) const {
   if (!has(key)) return def;
   if (!j_[key].is_string()) fail(key, "expected a string");

@@ -1,6 +1,9 @@
 #include "runtime/engine.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <limits>
 #include <thread>
 
 #include "base/error.h"
@@ -9,13 +12,23 @@ namespace hybridlm {
 
 static int default_threads(int n) {
   if (n > 0) return n;
-  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  return available_cores();
 }
 
 Engine::Engine(const std::filesystem::path& dir, const EngineOptions& opt)
     : model_(Model::load(dir, opt.load)), pool_(default_threads(opt.threads)) {
   ctx_.pool = &pool_;
   check(opt.max_sequences > 0, "max sequences must be > 0");
+  // The state is sized by the config, not by the file: refuse a pool the machine cannot hold
+  // before zero-filling it.
+  double slot_bytes = 0;
+  for (const LayerStateSpec& l : model_.state_specs()) slot_bytes += static_cast<double>(l.bytes());
+  const double need = slot_bytes * opt.max_sequences;
+  const double have = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
+  check(have <= 0 || need <= have,
+        "the recurrent state of " + std::to_string(opt.max_sequences) + " sequence(s) needs " +
+            std::to_string(static_cast<long long>(need / (1 << 20))) + " MiB, more than this machine's " +
+            std::to_string(static_cast<long long>(have / (1 << 20))) + " MiB (check state_size / n_groups in config.json)");
   states_ = std::make_unique<StatePool>(model_.state_specs(), opt.max_sequences);
 }
 
@@ -28,6 +41,13 @@ std::span<const float> Engine::step(std::span<const int32_t> tokens, std::span<c
 
 std::vector<float> Engine::prefill(int slot, std::span<const int32_t> tokens, bool all_logits, int chunk) {
   check(!tokens.empty(), "empty prompt: nothing to evaluate");
+  check(chunk > 0, "prefill chunk must be > 0");
+  // Validate the whole prompt before the first chunk runs, so a bad id late in a long prompt
+  // cannot leave the sequence half-advanced.
+  check(states_->is_live(slot), "state slot " + std::to_string(slot) + " is not in use");
+  for (int32_t id : tokens)
+    check(id >= 0 && id < vocab_size(), "token id " + std::to_string(id) + " is outside the vocabulary (size " +
+                                            std::to_string(vocab_size()) + ")");
   std::vector<float> out;
   std::vector<int> rows;
   for (size_t b = 0; b < tokens.size(); b += static_cast<size_t>(chunk)) {
@@ -48,14 +68,15 @@ std::vector<float> Engine::prefill(int slot, std::span<const int32_t> tokens, bo
 std::string StopMatcher::push(const std::string& text) {
   if (stopped_) return {};
   held_ += text;
-  for (const std::string& s : stops_) {
-    const size_t at = held_.find(s);
-    if (!s.empty() && at != std::string::npos) {
-      stopped_ = true;
-      std::string out = held_.substr(0, at);
-      held_.clear();
-      return out;
-    }
+  // The earliest occurrence of any stop string wins (one token can complete several).
+  size_t first = std::string::npos;
+  for (const std::string& s : stops_)
+    if (!s.empty()) first = std::min(first, held_.find(s));
+  if (first != std::string::npos) {
+    stopped_ = true;
+    std::string out = held_.substr(0, first);
+    held_.clear();
+    return out;
   }
   // Keep the longest tail of held_ that is a proper prefix of some stop string.
   size_t keep = 0;
@@ -103,7 +124,11 @@ GenerateResult generate(Engine& engine, const Tokenizer& tok, std::span<const in
   auto t1 = clock::now();
   res.prompt_seconds = std::chrono::duration<double>(t1 - t0).count();
   res.stop_reason = "length";
+  // Checkpoints pad the embedding past the tokenizer (mamba-*-hf: 50280 rows, 50277 tokens);
+  // ids the tokenizer cannot decode are never sampled.
+  const size_t decodable = std::min<size_t>(logits.size(), static_cast<size_t>(tok.vocab_size()));
   for (int i = 0; i < opt.max_new_tokens; ++i) {
+    std::fill(logits.begin() + decodable, logits.end(), -std::numeric_limits<float>::infinity());
     const int32_t next = sampler.sample(logits, history);
     res.tokens.push_back(next);
     history.push_back(next);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 
 #include "base/error.h"
@@ -29,11 +30,20 @@ int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> histor
         l = l > 0 ? l / p_.repetition_penalty : l * p_.repetition_penalty;
       }
   }
+  for (float l : logits)
+    check(!std::isnan(l), "the model produced NaN logits (corrupt weights or an invalid config value?)");
+  const float mx_logit = *std::max_element(logits.begin(), logits.end());
+  check(mx_logit > -std::numeric_limits<float>::infinity(), "every logit is -inf: nothing can be sampled");
   if (p_.temperature == 0.0f)  // greedy: first maximum
     return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
 
+  // Scaled, shifted logits (l - max) / T are <= 0 for any T > 0, so exp() below never overflows,
+  // however small the temperature.
   cand_.clear();
-  for (int i = 0; i < V; ++i) cand_.emplace_back(logits[i] / p_.temperature, i);
+  for (int i = 0; i < V; ++i) {
+    const float z = (logits[i] - mx_logit) / p_.temperature;
+    cand_.emplace_back(std::isnan(z) ? -std::numeric_limits<float>::infinity() : z, i);
+  }
   auto by_logit = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
   size_t n = cand_.size();
   if (p_.top_k > 0 && static_cast<size_t>(p_.top_k) < n) {

@@ -265,6 +265,7 @@ TEST(VecMath, ExpMatchesLibmWithinFewUlp) {
   EXPECT_GT(cpu::vexp(-1000.0f), 0.0f);
   EXPECT_TRUE(std::isfinite(cpu::vexp(1000.0f)));
   EXPECT_EQ(cpu::vexp(0.0f), 1.0f);
+  EXPECT_TRUE(std::isnan(cpu::vexp(std::nanf(""))));
   std::vector<float> a = randn(37, 30), b = randn(37, 31);
   double want = 0;
   for (int i = 0; i < 37; ++i) want += static_cast<double>(a[i]) * b[i];

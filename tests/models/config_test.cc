@@ -61,6 +61,12 @@ TEST(Config, Mamba2CodestralShape) {
   EXPECT_FALSE(c.tie_embeddings);  // Mamba2Config default
 }
 
+TEST(Config, NullEosMeansNoEos) {
+  HybridConfig c = parse_config(json{{"model_type", "mamba"}, {"eos_token_id", nullptr}}, "config.json");
+  EXPECT_FALSE(c.eos_token_id.has_value());
+  EXPECT_EQ(c.bos_token_id, 0);  // absent: the HF default
+}
+
 TEST(Config, BadConfigsNameTheProblem) {
   const json base = {{"model_type", "mamba2"}, {"hidden_size", 64}, {"num_heads", 8}, {"head_dim", 16},
                      {"n_groups", 1}, {"num_hidden_layers", 2}};
@@ -90,6 +96,12 @@ TEST(Config, BadConfigsNameTheProblem) {
   j = base;
   j["head_dim"] = 1 << 23;
   EXPECT_NE(error_of(j).find("head_dim = 8388608: must be at most 4194304"), std::string::npos) << error_of(j);
+  j = base;
+  j["layer_norm_epsilon"] = -1;  // review: a negative eps gave all-NaN logits and exit 0
+  EXPECT_NE(error_of(j).find("layer_norm_epsilon = -1: must be a finite number > 0"), std::string::npos);
+  j = base;
+  j["eos_token_id"] = 4294967296;
+  EXPECT_NE(error_of(j).find("eos_token_id = 4294967296: not a valid token id"), std::string::npos);
   j = base;
   j["time_step_limit"] = {0.1, 0.01};
   EXPECT_NE(error_of(j).find("time_step_limit"), std::string::npos);

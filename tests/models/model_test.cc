@@ -182,6 +182,20 @@ TEST_P(ModelInvariants, BadTokenFailsAndLeavesStateUntouched) {
   EXPECT_EQ(before, after);
 }
 
+TEST_P(ModelInvariants, BadTokenLateInALongPromptFailsBeforeAnyChunkRuns) {
+  // prefill() runs 512-token chunks: an id at position 550 must be refused before chunk 1 runs.
+  Engine e(fixtures() / GetParam(), opts());
+  const int V = e.vocab_size();
+  const int s = e.new_sequence();
+  e.prefill(s, random_ids(5, V, 15), false);
+  const std::vector<float> before(e.states().slot_data(s), e.states().slot_data(s) + e.states().slot_floats());
+  std::vector<int32_t> ids = random_ids(600, V, 16);
+  ids[550] = V + 3;
+  EXPECT_THROW(e.prefill(s, ids, false), Error);
+  const std::vector<float> after(e.states().slot_data(s), e.states().slot_data(s) + e.states().slot_floats());
+  EXPECT_EQ(before, after);
+}
+
 INSTANTIATE_TEST_SUITE_P(Fixtures, ModelInvariants, ::testing::ValuesIn(kModels));
 
 }  // namespace
@@ -236,6 +250,24 @@ TEST(LoaderErrors, WrongShapeIsNamed) {
   });
   const std::string e = load_error(dir);
   EXPECT_NE(e.find("tensor 'backbone.norm_f.weight' has shape (2, 64), expected (64,)"), std::string::npos) << e;
+  std::filesystem::remove_all(dir);
+}
+
+TEST(LoaderErrors, Mamba2InProjWithAnMlpBranchIsRefusedByName) {
+  const SafetensorsFile f = SafetensorsFile::open(fixtures() / "mamba2_g2" / "model.safetensors");
+  const TensorInfo& t = f.tensors().at("backbone.layers.0.mixer.in_proj.weight");
+  std::vector<uint8_t> bigger(static_cast<size_t>((t.shape[0] + 8) * t.shape[1]) * 4, 0);
+  const auto dir = edited_fixture("mamba2_g2", "dmlp", [&](std::vector<TensorToWrite>& ts) {
+    for (auto& w : ts)
+      if (w.name == "backbone.layers.0.mixer.in_proj.weight") {
+        w.dtype = DType::F32;
+        w.shape = {t.shape[0] + 8, t.shape[1]};
+        w.bytes = {bigger.data(), bigger.size()};
+      }
+  });
+  const std::string e = load_error(dir);
+  EXPECT_NE(e.find("'backbone.layers.0.mixer.in_proj.weight' has"), std::string::npos) << e;
+  EXPECT_NE(e.find("MLP branch"), std::string::npos) << e;
   std::filesystem::remove_all(dir);
 }
 

@@ -76,7 +76,7 @@ check("score -p equals score --ids", b is not None and a is not None and np.arra
 
 # generate: greedy is deterministic; the prompt is echoed; rates go to stderr.
 rc1, out1, err1 = run("generate", "-m", m2, "-p", "Once upon a time", "-n", "12", "--temperature", "0")
-rc2, out2, _ = run("generate", "-m", m2, "-p", "Once upon a time", "-n", "12", "--temperature", "0", "-t", "1")
+rc2, out2, _ = run("generate", "-m", m2, "-p", "Once upon a time", "-n", "12", "--temperature", "0", "-t", "3")
 check("generate greedy runs and streams text", rc1 == 0 and out1.startswith("Once upon a time") and len(out1) > 16, err1)
 check("generate reports tokens/s on stderr", "prompt eval:" in err1 and "generation:" in err1 and "tokens/s" in err1, err1)
 check("greedy output does not depend on thread count", out1 == out2, (out1, out2))
@@ -85,6 +85,12 @@ rc4, out4, _ = run("generate", "-m", m2, "-p", "Hi", "-n", "10", "--seed", "3", 
 check("same seed, same sampled text", rc3 == 0 and out3 == out4)
 rc, out, err = run("generate", "-m", m1, "-p", "The", "-n", "8", "--dtype", "bf16", "--temperature", "0")
 check("generate --dtype bf16 on mamba-1", rc == 0 and out.startswith("The"), err)
+
+# The demo checkpoint has 50288 embedding rows and a 50277-token tokenizer (as mamba-*-hf): ids the
+# tokenizer cannot decode must never be sampled (review: a hot sample aborted generation).
+rc, out, err = run("generate", "-m", m2, "-p", "Hello", "-n", "400", "--temperature", "50", "--top-k", "0",
+                   "--top-p", "1", "--min-p", "0", "--seed", "2", "--ignore-eos")
+check("hot sampling never picks ids beyond the tokenizer", rc == 0 and "generation: 400 tokens" in err, err[-300:])
 
 # perplexity and inspect.
 txt = os.path.join(scratch, "t.txt")
@@ -105,6 +111,11 @@ expect_error("logits too large to hold", ["score", "-m", m2, "--ids", ",".join([
              "of logits, over the 4.00 GiB limit")
 expect_error("negative -n", ["generate", "-m", m2, "-p", "x", "-n", "-3"], 1, "-n/--n-predict must be >= 0")
 expect_error("malformed --ids", ["score", "-m", m2, "--ids", "1,x", "--logits-out", npy], 1, "--ids: 'x' is not a token id")
+expect_error("blank --ids item", ["score", "-m", m2, "--ids", "1, ,2", "--logits-out", npy], 1, "--ids: '' is not a token id")
+expect_error("trailing comma in --ids", ["score", "-m", m2, "--ids", "1,2,", "--logits-out", npy], 1, "--ids: '' is not a token id")
+expect_error("blank --decode", ["tokenize", "-m", m2, "--decode", " "], 1, "--decode: '' is not a token id")
+expect_error("path too long is an error, not an abort", ["tokenize", "-m", "a" * 5000, "-p", "hi"], 1, "error")
+expect_error("bad sampling flag before loading", ["generate", "-m", m2, "-p", "x", "--top-p", "0"], 1, "--top-p must be in (0, 1]")
 expect_error("missing model dir", ["inspect", "-m", os.path.join(scratch, "nope")], 1, "config.json: cannot open")
 expect_error("bad --dtype", ["inspect", "-m", m2, "--dtype", "q4"], 1, "--dtype q4: unsupported")
 

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <map>
 
 #include "base/error.h"
@@ -41,6 +42,31 @@ TEST(Sampler, TopKKeepsOnlyKTokensWithSoftmaxWeights) {
   EXPECT_EQ(h.count(2) + h.count(3), 0u);
   const double expected = std::exp(2.0) / (std::exp(2.0) + std::exp(1.0));
   EXPECT_NEAR(h[0] / 20000.0, expected, 0.015);
+}
+
+TEST(Sampler, TemperatureDividesTheLogits) {
+  SamplingParams p;
+  p.temperature = 0.5f;
+  p.top_k = 0;
+  p.top_p = 1;
+  p.min_p = 0;
+  // At T = 0.5, p(0) : p(1) = e^(2/0.5) : e^(1/0.5) = e^4 : e^2.
+  auto h = histogram(p, {2.0f, 1.0f}, 20000);
+  EXPECT_NEAR(h[0] / 20000.0, std::exp(4.0) / (std::exp(4.0) + std::exp(2.0)), 0.01);
+}
+
+TEST(Sampler, TinyTemperatureActsGreedyAndNaNIsAnError) {
+  SamplingParams p;
+  p.temperature = 1e-38f;  // (l - max) / T overflows to -inf for all but the maximum: no NaN
+  p.top_k = 0;
+  p.min_p = 0;
+  auto h = histogram(p, {0.5f, 3.0f, 2.9f}, 50);
+  EXPECT_EQ(h[1], 50);
+  Sampler s(p);
+  std::vector<float> l = {1.0f, std::nanf(""), 0.0f};
+  EXPECT_THROW(s.sample(l, {}), Error);
+  std::vector<float> none(3, -std::numeric_limits<float>::infinity());
+  EXPECT_THROW(s.sample(none, {}), Error);
 }
 
 TEST(Sampler, TopPAndMinPCutTheTail) {
@@ -109,6 +135,10 @@ TEST(StopMatcher, HoldsBackPossiblePrefixesAndCutsAtTheStop) {
   o += n.push("D? no, ENDING");
   EXPECT_TRUE(n.stopped());
   EXPECT_EQ(o, "the ");
+  // The earliest match over all stop strings wins, whatever their order in the list.
+  StopMatcher e({"b", "a"});
+  EXPECT_EQ(e.push("xab"), "x");
+  EXPECT_TRUE(e.stopped());
   StopMatcher q({"xyz"});
   std::string r = q.push("ab");
   r += q.push("cx");

@@ -19,22 +19,21 @@ namespace {
 
 std::vector<int32_t> parse_ids(const std::string& s, const char* flag) {
   std::vector<int32_t> ids;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    size_t pos = 0;
-    long long v = 0;
-    try {
-      v = std::stoll(item, &pos);
-    } catch (const std::exception&) {
-      pos = 0;
-    }
-    while (pos < item.size() && std::isspace(static_cast<unsigned char>(item[pos]))) ++pos;
-    if (item.empty() || pos != item.size() || v < 0 || v > INT32_MAX)
+  size_t at = 0;
+  while (at <= s.size()) {
+    const size_t comma = std::min(s.find(',', at), s.size());
+    std::string item = s.substr(at, comma - at);
+    const size_t b = item.find_first_not_of(" \t"), e = item.find_last_not_of(" \t");
+    item = b == std::string::npos ? "" : item.substr(b, e - b + 1);
+    bool ok = !item.empty() && item.size() <= 10 &&
+              item.find_first_not_of("0123456789") == std::string::npos;
+    const long long v = ok ? std::stoll(item) : -1;
+    ok = ok && v <= INT32_MAX;
+    if (!ok)
       throw Error(std::string(flag) + ": '" + item + "' is not a token id (expected comma-separated integers >= 0)");
     ids.push_back(static_cast<int32_t>(v));
+    at = comma + 1;
   }
-  check(!ids.empty(), std::string(flag) + ": no token ids given");
   return ids;
 }
 
@@ -103,10 +102,12 @@ void check_vocab(const Engine& e, std::span<const int32_t> ids) {
 
 // ---- generate -----------------------------------------------------------------------------------
 int cmd_generate(const ModelFlags& mf, const std::string& prompt, const GenerateOptions& gopt_in) {
-  Engine engine(mf.dir, mf.options());
-  Tokenizer tok = load_tokenizer(mf.dir);
+  // Flags and the tokenizer first: a bad value should not wait for the weights to load.
   GenerateOptions gopt = gopt_in;
   check(gopt.max_new_tokens >= 0, "-n/--n-predict must be >= 0");
+  validate(gopt.sampling);
+  Tokenizer tok = load_tokenizer(mf.dir);
+  Engine engine(mf.dir, mf.options());
   gopt.eos_id = tok.eos_id() ? tok.eos_id() : engine.model().config().eos_token_id;
   std::vector<int32_t> ids = tok.encode(prompt);
   check(!ids.empty(), "the prompt is empty after tokenization");
@@ -142,10 +143,14 @@ int cmd_perplexity(const ModelFlags& mf, const std::string& file, int ctx) {
   check(ctx >= 2, "--ctx must be >= 2");
   std::ifstream in(file, std::ios::binary);
   check(static_cast<bool>(in), file + ": cannot open");
+  std::error_code ec;
+  const auto fsize = std::filesystem::file_size(file, ec);
+  check(!ec && fsize <= (256u << 20), file + ": " + (ec ? ec.message() : format_bytes(static_cast<double>(fsize)) +
+                                                                   ", over the 256 MiB limit for one perplexity run"));
   std::stringstream text;
   text << in.rdbuf();
-  Engine engine(mf.dir, mf.options());
   Tokenizer tok = load_tokenizer(mf.dir);
+  Engine engine(mf.dir, mf.options());
   std::vector<int32_t> ids = tok.encode(text.str(), false);
   check(ids.size() >= 2, file + ": needs at least 2 tokens, has " + std::to_string(ids.size()));
   check_vocab(engine, ids);
@@ -292,6 +297,9 @@ int main(int argc, char** argv) {
     return 1;
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr, "error: out of memory\n");
+    return 1;
+  } catch (const std::exception& e) {  // filesystem, system errors: still one line, never an abort
+    std::fprintf(stderr, "error: %s\n", e.what());
     return 1;
   }
   return 2;

@@ -11,8 +11,10 @@ namespace hybridlm::cpu {
 // degree-6 Taylor polynomial on |r| <= ln2/2 (truncation error < 2e-8 relative). Inputs are
 // clamped to [-87.3, 88.0] (2^n stays a normal float), so results are always finite and underflow goes to ~1e-38, not 0.
 // Max relative error vs a correctly rounded exp: ~3 ulp (checked in kernels_test).
-inline __attribute__((always_inline)) float vexp(float x) {
-  x = x < -87.3f ? -87.3f : (x > 88.0f ? 88.0f : x);
+inline __attribute__((always_inline)) float vexp(float x_in) {
+  // Written so that NaN selects the lower bound (no NaN reaches the int conversion below) and is
+  // restored at the end: vexp(NaN) is NaN, as exp(NaN) is.
+  const float x = x_in >= -87.3f ? (x_in <= 88.0f ? x_in : 88.0f) : -87.3f;
   const float t = x * 1.44269504088896341f;
   // Round to nearest by the 1.5 * 2^23 trick (exact for |t| < 2^22; no libm call).
   const float n = (t + 12582912.0f) - 12582912.0f;
@@ -27,7 +29,7 @@ inline __attribute__((always_inline)) float vexp(float x) {
   const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
   float scale;
   std::memcpy(&scale, &bits, 4);
-  return p * scale;
+  return x_in == x_in ? p * scale : x_in;
 }
 
 inline __attribute__((always_inline)) float vsilu(float v) { return v / (1.0f + vexp(-v)); }

@@ -1,6 +1,7 @@
 // Typed reads of config.json keys with Hugging Face defaults; every error names the file and key.
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -23,6 +24,10 @@ class JsonKeys {
   // (products of dims) far from integer overflow; real models are orders of magnitude below.
   int positive(const char* key, int64_t def, int64_t max = kMaxDim) const;
   static constexpr int64_t kMaxDim = 1 << 22;
+  // A token id: null or absent -> nullopt (transformers: no such token); else in [0, 2^31).
+  std::optional<int32_t> token_id(const char* key, std::optional<int32_t> def) const;
+  // A finite number > 0 (epsilons).
+  float positive_number(const char* key, double def) const;
   const std::string& where() const { return where_; }
 
  private:

@@ -14,11 +14,11 @@ static HybridConfig parse_mamba_common(const JsonKeys& k, bool falcon) {
   HybridConfig c;
   c.d_model = k.positive("hidden_size", 768);
   c.vocab_size = k.positive("vocab_size", 50280, 1 << 24);
-  c.norm_eps = static_cast<float>(k.number("layer_norm_epsilon", 1e-5));
+  c.norm_eps = k.positive_number("layer_norm_epsilon", 1e-5);
   c.tie_embeddings = k.boolean("tie_word_embeddings", true);
-  c.bos_token_id = static_cast<int32_t>(k.integer("bos_token_id", 0));
-  c.eos_token_id = static_cast<int32_t>(k.integer("eos_token_id", 0));
-  c.pad_token_id = static_cast<int32_t>(k.integer("pad_token_id", 0));
+  c.bos_token_id = k.token_id("bos_token_id", 0);
+  c.eos_token_id = k.token_id("eos_token_id", 0);
+  c.pad_token_id = k.token_id("pad_token_id", 0);
   if (k.string("hidden_act", "silu") != "silu") k.fail("hidden_act", "only silu is supported");
   if (!k.boolean("residual_in_fp32", true)) {
     // The residual stream is always f32 here; with bf16/f16 residuals HF rounds it each layer.
@@ -38,7 +38,7 @@ static HybridConfig parse_mamba_common(const JsonKeys& k, bool falcon) {
   m.proj_bias = k.boolean("use_bias", false);
   m.conv_bias = k.boolean("use_conv_bias", true);
   m.dt_bc_rms = falcon;
-  m.dt_bc_rms_eps = static_cast<float>(k.number("mixer_rms_eps", 1e-6));
+  m.dt_bc_rms_eps = k.positive_number("mixer_rms_eps", 1e-6);
   const int n_layers = k.positive("num_hidden_layers", 32, 1 << 14);
   c.blocks.assign(n_layers, BlockSpec{MixerKind::Mamba1, m, {}});
   return c;

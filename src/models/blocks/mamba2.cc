@@ -11,12 +11,15 @@ namespace hybridlm {
 Mamba2Weights load_mamba2(const WeightReader& r, const std::string& p, const Mamba2Spec& s, int H) {
   const int64_t I = s.d_inner, nh = s.n_heads, K = s.d_conv, conv_dim = s.conv_dim();
   Mamba2Weights w;
-  // in_proj may carry 2*d_mlp extra rows (mamba_ssm's d_mlp > 0); infer it from the stored shape.
-  int64_t rows = s.in_proj_dim();
+  // mamba_ssm's Mamba2 with d_ssm < d_inner adds a gated-MLP branch whose rows sit in front of
+  // in_proj ([d_mlp, d_mlp, z, xBC, dt]); transformers cannot load such checkpoints and neither do
+  // we: refuse by name rather than computing without the branch.
+  const int64_t rows = s.in_proj_dim();
   if (const TensorInfo* t = r.find(p + "in_proj.weight");
       t && t->shape.size() == 2 && t->shape[0] > rows && (t->shape[0] - rows) % 2 == 0)
-    rows = t->shape[0];
-  w.d_mlp = static_cast<int>((rows - s.in_proj_dim()) / 2);
+    throw Error(t->file + ": tensor '" + p + "in_proj.weight' has " + std::to_string(t->shape[0]) +
+                " rows, " + std::to_string(t->shape[0] - rows) +
+                " more than z + xBC + dt: a mamba_ssm checkpoint with an MLP branch (d_ssm < d_inner), not supported");
   w.in_proj = r.matrix(p + "in_proj.weight", {rows, H});
   if (s.proj_bias) w.in_proj_bias = r.vector(p + "in_proj.bias", {rows});
   w.conv_w = r.vector(p + "conv1d.weight", {conv_dim, 1, K});
@@ -44,7 +47,7 @@ void mamba2_forward(const KernelContext& ctx, const Mamba2Spec& s, const Mamba2W
   const int I = s.d_inner, nh = s.n_heads, K = s.d_conv, conv_dim = s.conv_dim();
   const int G = s.n_groups, N = s.d_state;
   const int W = w.in_proj.rows;
-  const int z_off = 2 * w.d_mlp, xbc_off = z_off + I, dt_off = xbc_off + conv_dim;
+  const int z_off = 0, xbc_off = z_off + I, dt_off = xbc_off + conv_dim;
   sc.zxbcdt.resize(static_cast<size_t>(T) * W);
   sc.xbc.resize(static_cast<size_t>(T) * conv_dim);
   sc.dt.resize(static_cast<size_t>(T) * nh);

@@ -15,9 +15,8 @@
 namespace hybridlm {
 
 struct Mamba2Weights {
-  Matrix in_proj;   // (2*d_mlp + I + conv_dim + nh, H): [d_mlp, d_mlp, z, xBC, dt]
+  Matrix in_proj;   // (I + conv_dim + nh, H): [z, xBC, dt]
   Matrix out_proj;  // (H, I)
-  int d_mlp = 0;    // extra MLP slices some checkpoints carry; ignored as in HF Mamba2
   std::vector<float> in_proj_bias, out_proj_bias;
   std::vector<float> conv_w;   // (conv_dim, K)
   std::vector<float> conv_b;   // (conv_dim) or empty
