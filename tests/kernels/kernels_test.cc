@@ -99,21 +99,23 @@ TEST_F(Kernels, MatmulMatchesRef) {
 }
 
 TEST_F(Kernels, RmsNormMatchesRef) {
-  for (int d : {768, 17, 64}) {
-    auto x = randn(7 * d, 4), w = randn(d, 5);
-    Out y(7 * d), yr(7 * d);
-    cpu::rmsnorm(ctx, x.data(), w.data(), 7, d, 1e-5f, y.data());
-    ref::rmsnorm(ref_ctx, x.data(), w.data(), 7, d, 1e-5f, yr.data());
-    EXPECT_LT(rel_err(y.data(), yr.data(), y.n), tol::kNorm);
-    y.expect_guard();
-    cpu::rmsnorm(ctx, x.data(), nullptr, 7, d, 1e-6f, y.data());
-    ref::rmsnorm(ref_ctx, x.data(), nullptr, 7, d, 1e-6f, yr.data());
-    EXPECT_LT(rel_err(y.data(), yr.data(), y.n), tol::kNorm);
+  for (int T : {7, 41}) {  // 41 rows: more than one thread's grain
+    for (int d : {768, 17, 64}) {
+      auto x = randn(T * d, 4), w = randn(d, 5);
+      Out y(T * d), yr(T * d);
+      cpu::rmsnorm(ctx, x.data(), w.data(), T, d, 1e-5f, y.data());
+      ref::rmsnorm(ref_ctx, x.data(), w.data(), T, d, 1e-5f, yr.data());
+      EXPECT_LT(rel_err(y.data(), yr.data(), y.n), tol::kNorm);
+      y.expect_guard();
+      cpu::rmsnorm(ctx, x.data(), nullptr, T, d, 1e-6f, y.data());
+      ref::rmsnorm(ref_ctx, x.data(), nullptr, T, d, 1e-6f, yr.data());
+      EXPECT_LT(rel_err(y.data(), yr.data(), y.n), tol::kNorm);
+    }
   }
 }
 
 TEST_F(Kernels, GatedRmsNormGroupedAndFull) {
-  const int T = 6, d = 96, ld_z = 130;
+  const int T = 37, d = 96, ld_z = 130;  // 37 rows: more than one thread's grain
   auto y = randn(T * d, 6), z = randn(T * ld_z, 7), w = randn(d, 8);
   for (int gs : {96, 48, 24}) {
     SCOPED_TRACE(gs);
@@ -237,6 +239,45 @@ TEST_F(Kernels, SsdRefEqualsSequentialRecurrenceAndCpuEqualsRef) {
       }
     }
   }
+}
+
+TEST_F(Kernels, SsdStepMatchesRefAndTheSequentialRecurrence) {
+  const SsdDims shapes[] = {{4, 8, 1, 16}, {8, 4, 2, 12}, {24, 64, 1, 128}};
+  for (const SsdDims& dm : shapes) {
+    SCOPED_TRACE("nh=" + std::to_string(dm.n_heads) + " N=" + std::to_string(dm.d_state));
+    const int nhP = dm.n_heads * dm.head_dim, GN = dm.n_groups * dm.d_state;
+    auto row = randn(nhP + 2 * GN, 40);
+    auto dt = uniform(dm.n_heads, 41, 0.001f, 0.3f);
+    auto A = uniform(dm.n_heads, 42, -4.0f, -0.2f), D = randn(dm.n_heads, 43);
+    const size_t sn = static_cast<size_t>(nhP) * dm.d_state;
+    auto S0 = randn(sn, 44, 0.5f);
+    std::vector<double> Sd(S0.begin(), S0.end()), yd;
+    ssd_sequential(row, 0, dt, A, row.data() + nhP, row.data() + nhP + GN, 0, D, dm, Sd, 1, yd);
+    auto Sr = S0, Sc = S0;
+    Out yr(nhP), yc(nhP);
+    ref::ssd_step(ref_ctx, row.data(), dt.data(), A.data(), row.data() + nhP, row.data() + nhP + GN, D.data(), dm,
+                  Sr.data(), yr.data());
+    cpu::ssd_step(ctx, row.data(), dt.data(), A.data(), row.data() + nhP, row.data() + nhP + GN, D.data(), dm,
+                  Sc.data(), yc.data());
+    std::vector<float> yd32(yd.begin(), yd.end()), Sd32(Sd.begin(), Sd.end());
+    EXPECT_LT(rel_err(yr.data(), yd32.data(), nhP), 1e-6);
+    EXPECT_LT(rel_err(Sr.data(), Sd32.data(), sn), 1e-6);
+    EXPECT_LT(rel_err(yc.data(), yd32.data(), nhP), tol::kSsdScan);
+    EXPECT_LT(rel_err(Sc.data(), Sd32.data(), sn), tol::kSsdScan);
+    yr.expect_guard();
+    yc.expect_guard();
+  }
+}
+
+TEST_F(Kernels, SoftplusMatchesRef) {
+  auto x = randn(10000, 45, 8.0f);
+  x[0] = 25.0f;
+  x[1] = -30.0f;
+  auto xr = x;
+  cpu::softplus(ctx, x.data(), x.size());
+  ref::softplus(ref_ctx, xr.data(), xr.size());
+  EXPECT_LT(rel_err(x.data(), xr.data(), x.size()), 1e-6);
+  EXPECT_EQ(x[0], 25.0f);
 }
 
 TEST_F(Kernels, EmbeddingMatchesRef) {

@@ -123,7 +123,7 @@ class Model:
             self.I = int(c.get("intermediate_size") or int(c.get("expand", 2) * self.H))
             r = c.get("time_step_rank", "auto")
             self.R = math.ceil(self.H / 16) if r == "auto" else int(r)
-            self.use_bias = bool(c.get("use_bias", True))
+            self.use_bias = bool(c.get("use_bias", False))  # MambaConfig default
             self.tie = bool(c.get("tie_word_embeddings", True))
             # FalconMamba: dt, B, C are RMS-normalised (no weight) with this eps.
             self.mixer_rms_eps = (float(c.get("mixer_rms_eps", 1e-6))

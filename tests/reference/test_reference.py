@@ -66,6 +66,14 @@ CASES = [
                                         "embedding"], 22),
     ("mamba2 backbone.embedding alias", ["--preset", "mamba2-tiny", "--embedding-name",
                                          "embedding", "--untie"], 24),
+    # Gaps found in review: conv kernels other than 4, a real time_step_limit clamp, a config
+    # chunk_size above the CPU cap of 64, and prompts longer than one 512-token prefill chunk.
+    ("mamba conv_kernel 2", ["--preset", "mamba-tiny", "--set", "conv_kernel=2"], 23),
+    ("mamba2 conv_kernel 3", ["--preset", "mamba2-tiny", "--set", "conv_kernel=3"], 23),
+    ("mamba2 time_step_limit [0.02, 0.05]", ["--preset", "mamba2-tiny", "--set", "time_step_limit=[0.02, 0.05]"], 29),
+    ("mamba2 chunk_size 128, T 300", ["--preset", "mamba2-tiny", "--set", "chunk_size=128"], 300),
+    ("mamba2 T 600 (two prefill chunks)", ["--preset", "mamba2-tiny", "--layers", "1"], 600),
+    ("mamba T 600 (two prefill chunks)", ["--preset", "mamba-tiny", "--layers", "1"], 600),
     # Optional 4th element: extra engine flags and the reference's norm semantics.
     ("mamba2 n_groups 4, HF full-width norm", ["--preset", "mamba2-tiny", "--set", "n_groups=4"], 33,
      {"engine": ["--mamba2-norm", "full"], "norm": "full"}),

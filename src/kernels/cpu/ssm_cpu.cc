@@ -244,6 +244,33 @@ void ssd_portable(const float* x, int ld_x, const float* dt, const float* A, con
   ssd_heads(x, ld_x, dt, A, B, C, ld_bc, D, dm, chunk, S, T, y, hb, he);
 }
 
+// ---- Mamba-2 single step over heads [hb, he) ---------------------------------------------------
+HYBRIDLM_INLINE void ssd_step_heads(const float* x, const float* dt, const float* A, const float* B,
+                                    const float* C, const float* D, const SsdDims& dm, float* S, float* y,
+                                    size_t hb, size_t he) {
+  const int P = dm.head_dim, N = dm.d_state, hpg = dm.n_heads / dm.n_groups;
+  for (size_t h = hb; h < he; ++h) {
+    const float* Bg = B + (h / hpg) * N;
+    const float* Cg = C + (h / hpg) * N;
+    const float decay = vexp(dt[h] * A[h]);
+    for (int p = 0; p < P; ++p) {
+      float* Sp = S + (h * P + p) * N;
+      const float xv = x[h * P + p], dx = dt[h] * xv;
+      for (int n = 0; n < N; ++n) Sp[n] = decay * Sp[n] + dx * Bg[n];
+      y[h * P + p] = vdot(Sp, Cg, N) + D[h] * xv;
+    }
+  }
+}
+HYBRIDLM_AVX512 void ssd_step_avx512(const float* x, const float* dt, const float* A, const float* B,
+                                     const float* C, const float* D, const SsdDims& dm, float* S, float* y,
+                                     size_t hb, size_t he) {
+  ssd_step_heads(x, dt, A, B, C, D, dm, S, y, hb, he);
+}
+void ssd_step_portable(const float* x, const float* dt, const float* A, const float* B, const float* C,
+                       const float* D, const SsdDims& dm, float* S, float* y, size_t hb, size_t he) {
+  ssd_step_heads(x, dt, A, B, C, D, dm, S, y, hb, he);
+}
+
 bool avx() { return simd_path() == SimdPath::Avx512; }
 
 }  // namespace
@@ -287,6 +314,20 @@ void ssd_scan(const KernelContext& ctx, const float* x, int ld_x, const float* d
   parallel(ctx, dims.n_heads, 1, [&](size_t b, size_t e) {
     avx() ? ssd_avx512(x, ld_x, dt, A, B, C, ld_bc, D, dims, chunk, S, T, y, b, e)
           : ssd_portable(x, ld_x, dt, A, B, C, ld_bc, D, dims, chunk, S, T, y, b, e);
+  });
+}
+
+void ssd_step(const KernelContext& ctx, const float* x, const float* dt, const float* A, const float* B,
+              const float* C, const float* D, const SsdDims& dims, float* S, float* y) {
+  parallel(ctx, dims.n_heads, 4, [&](size_t b, size_t e) {
+    avx() ? ssd_step_avx512(x, dt, A, B, C, D, dims, S, y, b, e)
+          : ssd_step_portable(x, dt, A, B, C, D, dims, S, y, b, e);
+  });
+}
+
+void softplus(const KernelContext& ctx, float* x, size_t n) {
+  parallel(ctx, n, 4096, [&](size_t b, size_t e) {
+    for (size_t i = b; i < e; ++i) x[i] = x[i] > 20.0f ? x[i] : std::log1p(std::exp(x[i]));
   });
 }
 

@@ -154,6 +154,30 @@ void ssd_scan(const KernelContext&, const float* x, int ld_x, const float* dt, c
   }
 }
 
+void ssd_step(const KernelContext&, const float* x, const float* dt, const float* A, const float* B,
+              const float* C, const float* D, const SsdDims& dims, float* S, float* y) {
+  const int nh = dims.n_heads, P = dims.head_dim, N = dims.d_state;
+  const int heads_per_group = nh / dims.n_groups;
+  for (int h = 0; h < nh; ++h) {
+    const int g = h / heads_per_group;
+    const double decay = std::exp(static_cast<double>(dt[h]) * A[h]);
+    for (int p = 0; p < P; ++p) {
+      const double xv = x[h * P + p];
+      double acc = 0;
+      for (int n = 0; n < N; ++n) {
+        float& s = S[(static_cast<size_t>(h) * P + p) * N + n];
+        s = static_cast<float>(decay * s + dt[h] * xv * B[g * N + n]);
+        acc += static_cast<double>(s) * C[g * N + n];
+      }
+      y[h * P + p] = static_cast<float>(acc + D[h] * xv);
+    }
+  }
+}
+
+void softplus(const KernelContext&, float* x, size_t n) {
+  for (size_t i = 0; i < n; ++i) x[i] = softplus(x[i]);
+}
+
 void embedding(const WeightView& E, const int32_t* ids, int T, float* out) {
   for (int t = 0; t < T; ++t)
     for (int c = 0; c < E.cols; ++c) out[static_cast<size_t>(t) * E.cols + c] = weight_at(E, ids[t], c);

@@ -61,7 +61,7 @@ void mamba1_forward(const KernelContext& ctx, const Mamba1Spec& s, const Mamba1W
   }
   // dt: (T, I) = softplus(dt_in @ dt_proj^T + dt_bias)
   cpu::matmul(ctx, w.dt_proj.view(), w.dt_bias.data(), sc.dt_in.data(), T, sc.dt.data());
-  for (float& v : sc.dt) v = ref::softplus(v);
+  cpu::softplus(ctx, sc.dt.data(), sc.dt.size());
   // y: (T, I) = selective scan, gated by silu(z)
   for (const SeqRun& r : runs) {
     const size_t o = static_cast<size_t>(r.start);

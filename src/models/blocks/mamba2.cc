@@ -63,10 +63,10 @@ void mamba2_forward(const KernelContext& ctx, const Mamba2Spec& s, const Mamba2W
                        sc.xbc.data() + static_cast<size_t>(r.start) * conv_dim);
   // dt: (T, nh) = clamp(softplus(dt_raw + dt_bias), time_step_limit)
   for (int t = 0; t < T; ++t)
-    for (int h = 0; h < nh; ++h) {
-      const float v = ref::softplus(sc.zxbcdt[static_cast<size_t>(t) * W + dt_off + h] + w.dt_bias[h]);
-      sc.dt[static_cast<size_t>(t) * nh + h] = std::clamp(v, s.dt_min, s.dt_max);
-    }
+    for (int h = 0; h < nh; ++h)
+      sc.dt[static_cast<size_t>(t) * nh + h] = sc.zxbcdt[static_cast<size_t>(t) * W + dt_off + h] + w.dt_bias[h];
+  cpu::softplus(ctx, sc.dt.data(), sc.dt.size());
+  for (float& v : sc.dt) v = std::clamp(v, s.dt_min, s.dt_max);
   // y: (T, I) = SSD scan over x (I), B (G*N), C (G*N), per sequence from its SSM state
   const SsdDims dims{nh, s.head_dim, G, N};
   // The chunked form is exact for any chunk length; chunk_size (256 in released configs) is tuned
@@ -76,6 +76,11 @@ void mamba2_forward(const KernelContext& ctx, const Mamba2Spec& s, const Mamba2W
   for (const SeqRun& r : runs) {
     const size_t o = static_cast<size_t>(r.start);
     const float* xr = sc.xbc.data() + o * conv_dim;
+    if (r.len == 1) {  // decode: the plain recurrence
+      cpu::ssd_step(ctx, xr, sc.dt.data() + o * nh, w.A.data(), xr + I, xr + I + G * N, w.D.data(), dims,
+                    r.ssm_state, sc.y.data() + o * I);
+      continue;
+    }
     cpu::ssd_scan(ctx, xr, conv_dim, sc.dt.data() + o * nh, w.A.data(), xr + I, xr + I + G * N, conv_dim,
                   w.D.data(), dims, chunk, r.ssm_state, r.len, sc.y.data() + o * I);
   }
