@@ -1,6 +1,10 @@
 # Two entry points for a fresh machine: `make run` and `make test` (see README.md).
 BUILD ?= build
 JOBS ?= $(shell nproc)
+# ccache keys on paths relative to the checkout, so a fresh clone (CI) reuses earlier objects.
+export CCACHE_BASEDIR := $(CURDIR)
+# Sanitizer and fuzz builds: light optimisation and line tables only (they exist to find bugs).
+SAN_FLAGS = -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE="-O1 -g1" -DCMAKE_C_FLAGS_RELEASE="-O1 -g1"
 DEMO ?= models/demo-mamba2
 
 .PHONY: setup build run test test-sanitize fuzz-smoke ci bench clean
@@ -25,7 +29,7 @@ test: build
 
 # The whole suite built with AddressSanitizer + UndefinedBehaviorSanitizer (no recovery).
 test-sanitize: setup
-	cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHYBRIDLM_SANITIZE=ON
+	cmake -S . -B build-asan -G Ninja $(SAN_FLAGS) -DHYBRIDLM_SANITIZE=ON
 	cmake --build build-asan -j $(JOBS)
 	cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j $(JOBS)
 

@@ -12,7 +12,9 @@ targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(fuzz_safetensors fuzz_index fuzz_config fuzz_tokenizer_load
                                       fuzz_tokenizer_encode fuzz_decode fuzz_npy)
 command -v clang++ >/dev/null || { echo "fuzz.sh: clang++ not found (apt-get install clang)"; exit 1; }
-CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHYBRIDLM_FUZZ=ON >/dev/null
+export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$(pwd)}
+CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE="-O1 -g1" \
+  -DCMAKE_C_FLAGS_RELEASE="-O1 -g1" -DHYBRIDLM_FUZZ=ON >/dev/null
 cmake --build build-fuzz --target "${targets[@]}"
 python3_bin=/usr/bin/python3
 "$python3_bin" fuzz/make_seeds.py build-fuzz/seeds >/dev/null
