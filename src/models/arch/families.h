@@ -18,6 +18,16 @@ struct Family {
 
 const std::vector<Family>& families();
 
+// The keys every Hugging Face causal-LM config here shares, read with the family's defaults:
+// hidden_size, vocab_size, layer_norm_epsilon, tie_word_embeddings, bos/eos/pad_token_id,
+// hidden_act (silu only).
+struct CommonDefaults {
+  int hidden_size, vocab_size;
+  bool tie_embeddings;
+  int32_t bos, eos, pad;
+};
+HybridConfig read_common_keys(const JsonKeys& keys, const CommonDefaults& defaults);
+
 // Adapters (one file each).
 HybridConfig parse_mamba(const JsonKeys& keys, NormGrouping);
 HybridConfig parse_falcon_mamba(const JsonKeys& keys, NormGrouping);

@@ -11,18 +11,7 @@
 namespace hybridlm {
 
 static HybridConfig parse_mamba_common(const JsonKeys& k, bool falcon) {
-  HybridConfig c;
-  c.d_model = k.positive("hidden_size", 768);
-  c.vocab_size = k.positive("vocab_size", 50280, 1 << 24);
-  c.norm_eps = k.positive_number("layer_norm_epsilon", 1e-5);
-  c.tie_embeddings = k.boolean("tie_word_embeddings", true);
-  c.bos_token_id = k.token_id("bos_token_id", 0);
-  c.eos_token_id = k.token_id("eos_token_id", 0);
-  c.pad_token_id = k.token_id("pad_token_id", 0);
-  if (k.string("hidden_act", "silu") != "silu") k.fail("hidden_act", "only silu is supported");
-  if (!k.boolean("residual_in_fp32", true)) {
-    // The residual stream is always f32 here; with bf16/f16 residuals HF rounds it each layer.
-  }
+  HybridConfig c = read_common_keys(k, {/*hidden_size=*/768, /*vocab_size=*/50280, /*tie=*/true, 0, 0, 0});
   const double expand = k.number("expand", 2);
   if (!(expand > 0 && expand * c.d_model <= JsonKeys::kMaxDim)) k.fail("expand", "expand x hidden_size must be in [1, 2^22]");
   Mamba1Spec m;

@@ -10,15 +10,7 @@
 namespace hybridlm {
 
 HybridConfig parse_mamba2(const JsonKeys& k, NormGrouping mamba2_norm) {
-  HybridConfig c;
-  c.d_model = k.positive("hidden_size", 4096);
-  c.vocab_size = k.positive("vocab_size", 32768, 1 << 24);
-  c.norm_eps = k.positive_number("layer_norm_epsilon", 1e-5);
-  c.tie_embeddings = k.boolean("tie_word_embeddings", false);
-  c.bos_token_id = k.token_id("bos_token_id", 0);
-  c.eos_token_id = k.token_id("eos_token_id", 2);
-  c.pad_token_id = k.token_id("pad_token_id", 1);
-  if (k.string("hidden_act", "silu") != "silu") k.fail("hidden_act", "only silu is supported");
+  HybridConfig c = read_common_keys(k, {/*hidden_size=*/4096, /*vocab_size=*/32768, /*tie=*/false, 0, 2, 1});
 
   Mamba2Spec m;
   m.n_heads = k.positive("num_heads", 128);

@@ -28,8 +28,6 @@ LayerStateSpec mamba1_state_spec(const Mamba1Spec& s) {
   return {s.d_conv - 1, s.d_inner, static_cast<size_t>(s.d_inner) * s.d_state};
 }
 
-static const float* bias_or_null(const std::vector<float>& b) { return b.empty() ? nullptr : b.data(); }
-
 void mamba1_forward(const KernelContext& ctx, const Mamba1Spec& s, const Mamba1Weights& w, const float* u,
                     int T, std::span<const SeqRun> runs, Mamba1Scratch& sc, float* out) {
   const int I = s.d_inner, N = s.d_state, R = s.dt_rank, K = s.d_conv;

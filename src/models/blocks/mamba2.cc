@@ -40,8 +40,6 @@ LayerStateSpec mamba2_state_spec(const Mamba2Spec& s) {
 
 constexpr int kCpuSsdChunk = 64;
 
-static const float* bias_or_null(const std::vector<float>& b) { return b.empty() ? nullptr : b.data(); }
-
 void mamba2_forward(const KernelContext& ctx, const Mamba2Spec& s, const Mamba2Weights& w, const float* u,
                     int T, std::span<const SeqRun> runs, Mamba2Scratch& sc, float* out) {
   const int I = s.d_inner, nh = s.n_heads, K = s.d_conv, conv_dim = s.conv_dim();
