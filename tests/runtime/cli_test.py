@@ -50,7 +50,7 @@ subprocess.run(["/usr/bin/python3", tool, "--preset", "mamba-tiny", "--out", m1,
                check=True, capture_output=True)
 
 # --help everywhere, usage errors exit 2.
-for sub in ["generate", "score", "perplexity", "tokenize", "inspect"]:
+for sub in ["generate", "score", "perplexity", "tokenize", "inspect", "bench"]:
     rc, out, _ = run(sub, "--help")
     check(f"{sub} --help", rc == 0 and "-m" in out, out[:200])
 check("no subcommand is a usage error", run()[0] == 2)
@@ -91,6 +91,16 @@ check("generate --dtype bf16 on mamba-1", rc == 0 and out.startswith("The"), err
 rc, out, err = run("generate", "-m", m2, "-p", "Hello", "-n", "400", "--temperature", "50", "--top-k", "0",
                    "--top-p", "1", "--min-p", "0", "--seed", "2", "--ignore-eos")
 check("hot sampling never picks ids beyond the tokenizer", rc == 0 and "generation: 400 tokens" in err, err[-300:])
+
+# bench --json: one object per test with the documented keys (speed itself is never asserted).
+rc, out, err = run("bench", "-m", m2, "-p", "16", "-n", "4", "-r", "2", "--batch", "3", "-t", "2", "--json")
+try:
+    rows = json.loads(out) if rc == 0 else []
+except ValueError:
+    rows = []
+keys_ok = all(all(k in r for k in ["test", "threads", "batch", "tokens_per_second", "stddev"]) for r in rows)
+check("bench --json rows for pp16 and tg4", [r.get("test") for r in rows] == ["pp16", "tg4"] and keys_ok and
+      rows[1]["batch"] == 3 and rows[0]["threads"] == 2 and all(r["tokens_per_second"] > 0 for r in rows), out + err)
 
 # perplexity and inspect.
 txt = os.path.join(scratch, "t.txt")

@@ -13,6 +13,7 @@
 #include "io/npy.h"
 #include "io/tokenizer.h"
 #include "runtime/engine.h"
+#include "tools/hybridlm/bench.h"
 
 namespace hybridlm {
 namespace {
@@ -236,7 +237,8 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", "hybridlm 0.1.0");
 
-  ModelFlags gen_m, score_m, ppl_m, insp_m;
+  ModelFlags gen_m, score_m, ppl_m, insp_m, bench_m;
+  BenchOptions bopt;
   std::string gen_prompt, score_prompt, score_ids, score_out, ppl_file, tok_dir, tok_prompt, tok_decode;
   std::vector<std::string> stops;
   GenerateOptions gopt;
@@ -276,6 +278,18 @@ int main(int argc, char** argv) {
   CLI::App* insp = app.add_subcommand("inspect", "print family, layer pattern, sizes and per-sequence state");
   insp_m.add(insp, false);
 
+  CLI::App* bench = app.add_subcommand("bench", "prompt (pp) and generation (tg) tokens/s, llama-bench style");
+  bench_m.no_mmap = true;  // benchmarks read weights into memory (the VM's reclaim daemon pages out mappings)
+  bench_m.add(bench);
+  bench->add_option("-p,--n-prompt", bopt.prompt_tokens, "prompt tokens per pp test")->capture_default_str();
+  bench->add_option("-n,--n-gen", bopt.gen_tokens, "decode steps per tg test")->capture_default_str();
+  bench->add_option("-r,--repetitions", bopt.reps, "repetitions (after one warm-up)")->capture_default_str();
+  bench->add_option("--batch", bopt.batch, "sequences decoding together in tg")->capture_default_str();
+  bench->add_flag("--json", bopt.json, "print a JSON array, one object per test");
+  bench->add_option("--seed", bopt.seed, "seed of the random token ids")->capture_default_str();
+  bool bench_mmap = false;
+  bench->add_flag("--mmap", bench_mmap, "map the weight files instead of reading them into memory");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -292,6 +306,12 @@ int main(int argc, char** argv) {
     if (*ppl) return cmd_perplexity(ppl_m, ppl_file, ppl_ctx);
     if (*tk) return cmd_tokenize(tok_dir, tok_prompt, tok_decode, tok_no_special);
     if (*insp) return cmd_inspect(insp_m);
+    if (*bench) {
+      if (bench_mmap) bench_m.no_mmap = false;
+      bopt.model_dir = bench_m.dir;
+      bopt.engine = bench_m.options();
+      return run_bench(bopt);
+    }
   } catch (const Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;

@@ -1,0 +1,198 @@
+#include "tools/hybridlm/bench.h"
+
+// GCC 12 reports its own intrinsics' _mm512_undefined_* placeholders as uninitialized (a known
+// false positive of avx512fintrin.h), as in kernels/cpu/matmul_cpu.cc.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#include <immintrin.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "base/error.h"
+#include "base/thread_pool.h"
+#include "kernels/cpu/cpu_features.h"
+
+namespace hybridlm {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+struct Stat {
+  double mean = 0, sd = 0;
+};
+Stat stat_of(const std::vector<double>& v) {
+  Stat s;
+  for (double x : v) s.mean += x;
+  s.mean /= static_cast<double>(v.size());
+  for (double x : v) s.sd += (x - s.mean) * (x - s.mean);
+  s.sd = v.size() > 1 ? std::sqrt(s.sd / static_cast<double>(v.size() - 1)) : 0.0;
+  return s;
+}
+
+// Read bandwidth with `threads` threads: each sums its part of a 1 GiB buffer; best of 3.
+double read_bandwidth_gbs(ThreadPool& pool) {
+  const size_t n = (1u << 30) / sizeof(float);
+  std::unique_ptr<float[]> buf(new float[n]);
+  pool.parallel_for(n, [&](size_t b, size_t e) {
+    for (size_t i = b; i < e; ++i) buf[i] = 1.0f;
+  });
+  double best = 0;
+  std::vector<float> partial(static_cast<size_t>(pool.size()) * 16);
+  for (int rep = 0; rep < 3; ++rep) {
+    const auto t0 = Clock::now();
+    pool.parallel_for(n, [&](size_t b, size_t e) {
+      float acc[16] = {};
+      for (size_t i = b; i + 16 <= e; i += 16)
+        for (int l = 0; l < 16; ++l) acc[l] += buf[i + l];
+      float s = 0;
+      for (float a : acc) s += a;
+      partial[b * 16 / n] = s;  // keep the sum alive
+    });
+    best = std::max(best, static_cast<double>(n * sizeof(float)) / seconds_since(t0) / 1e9);
+  }
+  return best;
+}
+
+// FP32 FMA peak: 16 independent accumulator chains per thread.
+__attribute__((target("avx512f,fma"))) float fma_loop_avx512(long iters) {
+  __m512 a[16];
+  for (auto& v : a) v = _mm512_set1_ps(0.5f);
+  const __m512 m = _mm512_set1_ps(0.9999f), c = _mm512_set1_ps(1e-4f);
+  for (long i = 0; i < iters; ++i)
+    for (auto& v : a) v = _mm512_fmadd_ps(v, m, c);
+  __m512 s = a[0];
+  for (int k = 1; k < 16; ++k) s = _mm512_add_ps(s, a[k]);
+  return _mm512_reduce_add_ps(s);
+}
+
+double fma_peak_gflops(ThreadPool& pool) {
+  if (cpu::simd_path() != cpu::SimdPath::Avx512) return 0;  // only measured where the kernels use it
+  const long iters = 20'000'000;
+  std::vector<float> sink(static_cast<size_t>(pool.size()));
+  const auto t0 = Clock::now();
+  pool.parallel_for(static_cast<size_t>(pool.size()), [&](size_t b, size_t e) {
+    for (size_t i = b; i < e; ++i) sink[i] = fma_loop_avx512(iters);
+  });
+  return static_cast<double>(pool.size()) * iters * 16 * 16 * 2 / seconds_since(t0) / 1e9;
+}
+
+struct Row {
+  std::string test;
+  Stat tps;
+  double rate = 0;  // GB/s (tg) or GFLOP/s (pp)
+};
+
+}  // namespace
+
+int run_bench(const BenchOptions& o) {
+  check(o.prompt_tokens >= 1 && o.gen_tokens >= 1, "bench: -p and -n must be >= 1");
+  check(o.reps >= 1 && o.reps <= 100, "bench: -r must be in [1, 100]");
+  check(o.batch >= 1 && o.batch <= 1024, "bench: --batch must be in [1, 1024]");
+  EngineOptions eo = o.engine;
+  eo.max_sequences = o.batch;
+  Engine engine(o.model_dir, eo);
+  const Model& m = engine.model();
+  const HybridConfig& c = m.config();
+  const int V = engine.vocab_size();
+  std::mt19937_64 rng(o.seed);
+  auto random_ids = [&](int n) {
+    std::vector<int32_t> ids(n);
+    for (auto& id : ids) id = static_cast<int32_t>(rng() % static_cast<uint64_t>(V));
+    return ids;
+  };
+
+  ThreadPool probe(engine.threads());
+  const double bw = read_bandwidth_gbs(probe);
+  const double peak = fma_peak_gflops(probe);
+  // Matmul FLOPs per prompt token: 2 x the projection weights (the embedding is a lookup and the
+  // head runs once per prompt).
+  const double head_params = static_cast<double>(V) * c.d_model * (c.tie_embeddings ? 1 : 2);
+  const double flops_per_token = 2.0 * (static_cast<double>(m.param_count()) - head_params);
+
+  std::vector<Row> rows;
+  {  // pp: one prompt of prompt_tokens in a single step, fresh state each repetition
+    std::vector<double> tps, rate;
+    for (int r = 0; r < o.reps + 1; ++r) {  // the first run warms up
+      const std::vector<int32_t> ids = random_ids(o.prompt_tokens);
+      const int s = engine.new_sequence();
+      const auto t0 = Clock::now();
+      engine.prefill(s, ids, false, o.prompt_tokens);
+      const double dt = seconds_since(t0);
+      engine.free_sequence(s);
+      if (r == 0) continue;
+      tps.push_back(o.prompt_tokens / dt);
+      rate.push_back(o.prompt_tokens * flops_per_token / dt / 1e9);
+    }
+    rows.push_back({"pp" + std::to_string(o.prompt_tokens), stat_of(tps), stat_of(rate).mean});
+  }
+  {  // tg: batch sequences decode gen_tokens steps together; every step reads all weights once
+    std::vector<double> tps, rate;
+    for (int r = 0; r < o.reps + 1; ++r) {
+      std::vector<int> slots;
+      std::vector<BatchRun> runs;
+      std::vector<int> logit_rows;
+      for (int b = 0; b < o.batch; ++b) {
+        slots.push_back(engine.new_sequence());
+        runs.push_back({slots.back(), 1});
+        logit_rows.push_back(b);
+      }
+      std::vector<int32_t> toks = random_ids(o.batch);
+      const auto t0 = Clock::now();
+      for (int step = 0; step < o.gen_tokens; ++step) {
+        std::span<const float> l = engine.step(toks, runs, logit_rows);
+        for (int b = 0; b < o.batch; ++b) {  // greedy next token, as a real decode loop would
+          const float* row = l.data() + static_cast<size_t>(b) * V;
+          toks[b] = static_cast<int32_t>(std::max_element(row, row + V) - row);
+        }
+      }
+      const double dt = seconds_since(t0);
+      for (int s : slots) engine.free_sequence(s);
+      if (r == 0) continue;
+      tps.push_back(static_cast<double>(o.batch) * o.gen_tokens / dt);
+      rate.push_back(static_cast<double>(m.weight_bytes()) * o.gen_tokens / dt / 1e9);
+    }
+    rows.push_back({"tg" + std::to_string(o.gen_tokens), stat_of(tps), stat_of(rate).mean});
+  }
+
+  const std::string dtype = o.engine.load.dtype == WeightDType::BF16 ? "bf16" : "f32";
+  if (o.json) {
+    std::printf("[\n");
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const Row& r = rows[i];
+      const bool pp = r.test[0] == 'p';
+      std::printf(
+          "  {\"model\": \"%s\", \"family\": \"%s\", \"dtype\": \"%s\", \"test\": \"%s\", \"threads\": %d, "
+          "\"batch\": %d, \"tokens_per_second\": %.3f, \"stddev\": %.3f, \"%s\": %.2f, \"%s\": %.2f, "
+          "\"weight_bytes\": %zu}%s\n",
+          o.model_dir.c_str(), c.family.c_str(), dtype.c_str(), r.test.c_str(), engine.threads(), pp ? 1 : o.batch,
+          r.tps.mean, r.tps.sd, pp ? "gflops" : "gbps", r.rate, pp ? "peak_gflops" : "peak_gbps", pp ? peak : bw,
+          m.weight_bytes(), i + 1 < rows.size() ? "," : "");
+    }
+    std::printf("]\n");
+    return 0;
+  }
+  std::printf("machine (same run, %d threads): read bandwidth %.1f GB/s, FP32 FMA peak %.0f GFLOP/s\n",
+              engine.threads(), bw, peak);
+  std::printf("| model | family | dtype | threads | batch | test | t/s | achieved | of peak |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|\n");
+  for (const Row& r : rows) {
+    const bool pp = r.test[0] == 'p';
+    const double base = pp ? peak : bw;
+    std::printf("| %s | %s | %s | %d | %d | %s | %.2f ± %.2f | %.1f %s | %s |\n", o.model_dir.c_str(),
+                c.family.c_str(), dtype.c_str(), engine.threads(), pp ? 1 : o.batch, r.test.c_str(), r.tps.mean,
+                r.tps.sd, r.rate, pp ? "GFLOP/s" : "GB/s",
+                base > 0 ? (std::to_string(static_cast<int>(100 * r.rate / base + 0.5)) + "%").c_str() : "-");
+  }
+  return 0;
+}
+
+}  // namespace hybridlm
