@@ -10,8 +10,8 @@ namespace hybridlm {
 Model Model::load(const std::filesystem::path& dir, const LoadOptions& opt) {
   Model m;
   m.cfg_ = load_config(dir, opt.mamba2_norm);
-  const Checkpoint ckpt = Checkpoint::open(dir, opt.use_mmap);
-  const WeightReader r(ckpt, opt.dtype);
+  auto ckpt = std::make_shared<const Checkpoint>(Checkpoint::open(dir, opt.use_mmap));
+  const WeightReader r(*ckpt, opt.dtype, /*zero_copy=*/opt.use_mmap);
   const HybridConfig& c = m.cfg_;
   const int64_t H = c.d_model, V = c.vocab_size;
   // Hub files of some Mamba checkpoints say `embedding`, transformers says `embeddings`.
@@ -33,6 +33,8 @@ Model Model::load(const std::filesystem::path& dir, const LoadOptions& opt) {
   m.norm_f_ = r.vector("backbone.norm_f.weight", {H});
   if (!c.tie_embeddings) m.lm_head_ = r.matrix("lm_head.weight", {V, H});
   m.params_ = r.params_read();
+  m.mapped_bytes_ = r.bytes_mapped();
+  if (m.mapped_bytes_ > 0) m.checkpoint_ = std::move(ckpt);
   return m;
 }
 

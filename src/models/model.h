@@ -19,6 +19,8 @@ namespace hybridlm {
 struct LoadOptions {
   WeightDType dtype = WeightDType::F32;
   NormGrouping mamba2_norm = NormGrouping::Grouped;
+  // Map the safetensors files; matrices already in the requested dtype are then used in place
+  // (no copy). false reads the files into memory and converts every weight.
   bool use_mmap = true;
 };
 
@@ -50,6 +52,7 @@ class Model {
   std::vector<LayerStateSpec> state_specs() const;
   size_t param_count() const { return params_; }
   size_t weight_bytes() const;
+  size_t mapped_bytes() const { return mapped_bytes_; }
 
   // tokens: the runs' tokens concatenated, in run order. logit_rows: rows (indices into tokens)
   // whose logits are wanted, ascending or not; logits: (logit_rows.size(), vocab).
@@ -64,7 +67,8 @@ class Model {
   Matrix lm_head_;  // empty when tied
   std::vector<float> norm_f_;
   std::vector<LayerWeights> layers_;
-  size_t params_ = 0;
+  size_t params_ = 0, mapped_bytes_ = 0;
+  std::shared_ptr<const Checkpoint> checkpoint_;  // kept while matrices point into its mapping
 };
 
 }  // namespace hybridlm

@@ -33,6 +33,13 @@ Matrix WeightReader::matrix(const std::string& name, std::vector<int64_t> shape)
   Matrix m;
   m.rows = static_cast<int>(shape.front());
   m.cols = static_cast<int>(t.numel() / shape.front());
+  const DType want = dtype_ == WeightDType::BF16 ? DType::BF16 : DType::F32;
+  if (zero_copy_ && t.dtype == want && reinterpret_cast<uintptr_t>(t.data) % dtype_size(want) == 0) {
+    m.dtype = want;
+    m.mapped = t.data;
+    mapped_ += t.nbytes;
+    return m;
+  }
   std::vector<float> f(static_cast<size_t>(t.numel()));
   t.to_f32(f.data());
   if (dtype_ == WeightDType::BF16) {

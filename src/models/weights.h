@@ -20,8 +20,11 @@ struct Matrix {
   int rows = 0, cols = 0;
   std::vector<float> f32;
   std::vector<uint16_t> bf16;
+  // Zero-copy: the weights inside the mapped checkpoint (the model keeps the mapping alive).
+  const void* mapped = nullptr;
   WeightView view() const {
-    return {dtype, dtype == DType::BF16 ? static_cast<const void*>(bf16.data()) : f32.data(), rows, cols};
+    const void* data = mapped ? mapped : dtype == DType::BF16 ? static_cast<const void*>(bf16.data()) : f32.data();
+    return {dtype, data, rows, cols};
   }
   size_t bytes() const { return static_cast<size_t>(rows) * cols * (dtype == DType::BF16 ? 2 : 4); }
 };
@@ -32,19 +35,24 @@ inline const float* bias_or_null(const std::vector<float>& b) { return b.empty()
 // Reads tensors from a checkpoint with shape checks whose errors name the tensor.
 class WeightReader {
  public:
-  WeightReader(const Checkpoint& ckpt, WeightDType dtype) : ckpt_(ckpt), dtype_(dtype) {}
+  // zero_copy: matrices whose on-disk dtype is the requested one point into the checkpoint's
+  // mapping instead of being copied (the caller keeps the Checkpoint alive).
+  WeightReader(const Checkpoint& ckpt, WeightDType dtype, bool zero_copy = false)
+      : ckpt_(ckpt), dtype_(dtype), zero_copy_(zero_copy) {}
   // A (rows, cols) matrix; `shape` may carry extra unit dims (conv1d (C, 1, K) is read as (C, K)).
   Matrix matrix(const std::string& name, std::vector<int64_t> shape) const;
   std::vector<float> vector(const std::string& name, std::vector<int64_t> shape) const;
   bool has(const std::string& name) const { return ckpt_.find(name) != nullptr; }
   const TensorInfo* find(const std::string& name) const { return ckpt_.find(name); }
   size_t params_read() const { return params_; }
+  size_t bytes_mapped() const { return mapped_; }
 
  private:
   const TensorInfo& checked(const std::string& name, const std::vector<int64_t>& shape) const;
   const Checkpoint& ckpt_;
   WeightDType dtype_;
-  mutable size_t params_ = 0;
+  bool zero_copy_;
+  mutable size_t params_ = 0, mapped_ = 0;
 };
 
 }  // namespace hybridlm

@@ -73,6 +73,9 @@ check("score --ids writes float32 (tokens, vocab)", a is not None and a.dtype ==
 rc, _, err = run("score", "-m", m2, "-p", text, "--logits-out", npy + "2.npy")
 b = np.load(npy + "2.npy") if rc == 0 else None
 check("score -p equals score --ids", b is not None and a is not None and np.array_equal(a, b), err)
+rc, _, err = run("score", "-m", m2, "-p", text, "--logits-out", npy + "3.npy", "--no-mmap")
+c3 = np.load(npy + "3.npy") if rc == 0 else None
+check("weights used in place (mmap) equal weights copied (--no-mmap)", c3 is not None and np.array_equal(a, c3), err)
 
 # generate: greedy is deterministic; the prompt is echoed; rates go to stderr.
 rc1, out1, err1 = run("generate", "-m", m2, "-p", "Once upon a time", "-n", "12", "--temperature", "0")

@@ -219,8 +219,8 @@ int cmd_inspect(const ModelFlags& mf) {
   std::printf("vocab size:     %d\n", c.vocab_size);
   std::printf("tied embedding: %s\n", c.tie_embeddings ? "yes" : "no");
   std::printf("parameters:     %zu (%.1f M)\n", m.param_count(), m.param_count() / 1e6);
-  std::printf("weight bytes:   %zu (%s, %s in memory)\n", m.weight_bytes(), format_bytes(m.weight_bytes()).c_str(),
-              mf.dtype.c_str());
+  std::printf("weight bytes:   %zu (%s, %s in memory; %s used in place from the mapped files)\n", m.weight_bytes(),
+              format_bytes(m.weight_bytes()).c_str(), mf.dtype.c_str(), format_bytes(m.mapped_bytes()).c_str());
   std::printf("state / seq:    %zu bytes (%s): conv %s + ssm %s, f32\n", conv + ssm,
               format_bytes(conv + ssm).c_str(), format_bytes(conv).c_str(), format_bytes(ssm).c_str());
   std::printf("kv / token:     0 bytes (no attention layers)\n");
