@@ -4,6 +4,7 @@
 
 #include "base/error.h"
 #include "kernels/kernels.h"
+#include "models/plan.h"
 
 namespace hybridlm {
 
@@ -38,12 +39,7 @@ Model Model::load(const std::filesystem::path& dir, const LoadOptions& opt) {
   return m;
 }
 
-std::vector<LayerStateSpec> Model::state_specs() const {
-  std::vector<LayerStateSpec> specs;
-  for (const BlockSpec& b : cfg_.blocks)
-    specs.push_back(b.mixer == MixerKind::Mamba1 ? mamba1_state_spec(b.m1) : mamba2_state_spec(b.m2));
-  return specs;
-}
+std::vector<LayerStateSpec> Model::state_specs() const { return hybridlm::state_specs(cfg_); }
 
 size_t Model::weight_bytes() const {
   size_t n = embedding_.bytes() + lm_head_.bytes() + norm_f_.size() * 4;

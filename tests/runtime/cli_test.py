@@ -105,6 +105,38 @@ keys_ok = all(all(k in r for k in ["test", "threads", "batch", "tokens_per_secon
 check("bench --json rows for pp16 and tg4", [r.get("test") for r in rows] == ["pp16", "tg4"] and keys_ok and
       rows[1]["batch"] == 3 and rows[0]["threads"] == 2 and all(r["tokens_per_second"] > 0 for r in rows), out + err)
 
+# plan: the Mamba-Codestral-7B record (64 layers x 128 heads x 64 x 128 state, bf16 = 128 MiB;
+# conv 3 columns x (8192 + 2 x 8 x 128) channels x 64 layers), 0 KV bytes per token.
+codestral = os.path.join(scratch, "codestral.json")
+with open(codestral, "w") as f:
+    f.write('{"architectures": ["Mamba2ForCausalLM"], "model_type": "mamba2", "hidden_size": 4096, '
+            '"num_hidden_layers": 64, "num_heads": 128, "head_dim": 64, "state_size": 128, "n_groups": 8, '
+            '"vocab_size": 32768, "expand": 2, "conv_kernel": 4, "tie_word_embeddings": false, '
+            '"time_step_limit": [0.0, Infinity]}')
+plans = {}
+for sd in ["bf16", "f32"]:
+    rc, out, err = run("plan", "--config", codestral, "--state-dtype", sd, "--memory", "24GiB", "--context", "32768", "--json")
+    plans[sd] = json.loads(out) if rc == 0 else {}
+check("plan: Codestral SSM state 128 MiB at bf16, 256 MiB at f32",
+      plans["bf16"].get("ssm_state_bytes_per_sequence") == 64 * 128 * 64 * 128 * 2 and
+      plans["f32"].get("ssm_state_bytes_per_sequence") == 64 * 128 * 64 * 128 * 4, plans)
+check("plan: Codestral conv state and 0 KV bytes per token",
+      plans["bf16"].get("conv_state_bytes_per_sequence") == 3 * (8192 + 2 * 8 * 128) * 64 * 2 and
+      plans["bf16"].get("kv_bytes_per_token") == 0, plans)
+weights_bf16 = plans["bf16"].get("weight_bytes", 0)
+per_seq = 64 * 128 * 64 * 128 * 2 + 3 * (8192 + 2 * 8 * 128) * 64 * 2
+check("plan: max sequences = (memory - weights) / state",
+      plans["bf16"].get("max_sequences") == (24 * 2**30 - weights_bf16) // per_seq, plans["bf16"])
+rc, out, err = run("plan", "--config", codestral)
+check("plan: human-readable output (default state f32: 256 MiB)", rc == 0 and "ssm 268435456 bytes (256.00 MiB)" in out, out + err)
+for d in [m1, m2]:
+    rc, out, _ = run("plan", "-m", d, "--json")
+    rc2, out2, _ = run("inspect", "-m", d)
+    want = int(out2.split("parameters:")[1].split()[0]) if rc2 == 0 else -1
+    check("plan's parameter count (from config) equals the loader's (" + os.path.basename(d) + ")",
+          rc == 0 and json.loads(out)["parameters"] == want, out + out2)
+expect_error("plan: bad --memory", ["plan", "--config", codestral, "--memory", "lots"], 1, "--memory lots: expected a size")
+
 # perplexity and inspect.
 txt = os.path.join(scratch, "t.txt")
 with open(txt, "w") as f:

@@ -14,6 +14,7 @@
 #include "io/tokenizer.h"
 #include "runtime/engine.h"
 #include "tools/hybridlm/bench.h"
+#include "tools/hybridlm/plan.h"
 
 namespace hybridlm {
 namespace {
@@ -290,6 +291,17 @@ int main(int argc, char** argv) {
   bool bench_mmap = false;
   bench->add_flag("--mmap", bench_mmap, "map the weight files instead of reading them into memory");
 
+  PlanOptions popt;
+  CLI::App* plan = app.add_subcommand("plan", "memory plan from a config: weights, state per sequence, KV per token, max sequences");
+  plan->add_option("-m,--model", popt.model_dir, "model directory (reads config.json)");
+  plan->add_option("--config", popt.config_file, "a config.json file");
+  plan->add_option("--dtype", popt.dtype, "weights in memory: f32, bf16, f16")->capture_default_str();
+  plan->add_option("--state-dtype", popt.state_dtype, "recurrent state: f32, bf16, f16")->capture_default_str();
+  plan->add_option("--memory", popt.memory, "memory to plan for, e.g. 16GiB, 24GB")->capture_default_str();
+  plan->add_option("--context", popt.context, "tokens per sequence (KV grows with it; SSM state does not)")
+      ->capture_default_str();
+  plan->add_flag("--json", popt.json, "print one JSON object");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -306,6 +318,7 @@ int main(int argc, char** argv) {
     if (*ppl) return cmd_perplexity(ppl_m, ppl_file, ppl_ctx);
     if (*tk) return cmd_tokenize(tok_dir, tok_prompt, tok_decode, tok_no_special);
     if (*insp) return cmd_inspect(insp_m);
+    if (*plan) return run_plan(popt);
     if (*bench) {
       if (bench_mmap) bench_m.no_mmap = false;
       bopt.model_dir = bench_m.dir;

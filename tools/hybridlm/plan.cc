@@ -1,0 +1,120 @@
+#include "tools/hybridlm/plan.h"
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "base/error.h"
+#include "models/config.h"
+#include "models/plan.h"
+
+namespace hybridlm {
+
+namespace {
+
+size_t dtype_bytes(const std::string& flag, const std::string& v) {
+  if (v == "f32") return 4;
+  if (v == "bf16" || v == "f16") return 2;
+  throw Error(flag + " " + v + ": use f32, bf16 or f16");
+}
+
+std::string human(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (b >= 1024 && u < 4) {
+    b /= 1024;
+    ++u;
+  }
+  char buf[64];
+  std::snprintf(buf, sizeof buf, u ? "%.2f %s" : "%.0f %s", b, units[u]);
+  return buf;
+}
+
+}  // namespace
+
+double parse_memory_size(const std::string& s) {
+  size_t pos = 0;
+  double v = 0;
+  try {
+    v = std::stod(s, &pos);
+  } catch (const std::exception&) {
+    pos = 0;
+  }
+  std::string unit = s.substr(pos);
+  static const std::map<std::string, double> units = {
+      {"", 1},          {"B", 1},         {"K", 1024.0},     {"KiB", 1024.0},  {"KB", 1e3},
+      {"M", 1048576.0}, {"MiB", 1048576.0}, {"MB", 1e6},     {"G", 1073741824.0}, {"GiB", 1073741824.0},
+      {"GB", 1e9},      {"T", 1099511627776.0}, {"TiB", 1099511627776.0}, {"TB", 1e12}};
+  const auto it = units.find(unit);
+  if (pos == 0 || it == units.end() || !(v > 0) || !std::isfinite(v))
+    throw Error("--memory " + s + ": expected a size such as 16GiB, 512MiB or 24GB");
+  return v * it->second;
+}
+
+int run_plan(const PlanOptions& o) {
+  check(o.model_dir.empty() != o.config_file.empty(), "give exactly one of -m/--model or --config");
+  check(o.context >= 0, "--context must be >= 0");
+  const size_t wbytes = dtype_bytes("--dtype", o.dtype), sbytes = dtype_bytes("--state-dtype", o.state_dtype);
+  const double memory = parse_memory_size(o.memory);
+  HybridConfig c;
+  if (!o.config_file.empty()) {
+    std::ifstream in(o.config_file);
+    check(static_cast<bool>(in), o.config_file + ": cannot open");
+    std::stringstream text;
+    text << in.rdbuf();
+    c = parse_config_text(text.str(), o.config_file);
+  } else {
+    c = load_config(o.model_dir);
+  }
+
+  // Per-sequence state by layer kind.
+  const std::vector<LayerStateSpec> specs = state_specs(c);
+  std::map<std::string, std::pair<int, std::pair<double, double>>> by_kind;  // kind -> (layers, (conv, ssm))
+  double conv = 0, ssm = 0;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    auto& e = by_kind[mixer_kind_name(c.blocks[i].mixer)];
+    e.first += 1;
+    e.second.first += static_cast<double>(specs[i].conv_elems() * sbytes);
+    e.second.second += static_cast<double>(specs[i].ssm_elems * sbytes);
+    conv += static_cast<double>(specs[i].conv_elems() * sbytes);
+    ssm += static_cast<double>(specs[i].ssm_elems * sbytes);
+  }
+  const double params = static_cast<double>(param_count(c));
+  const double matrix_params = static_cast<double>(matrix_param_count(c));
+  const double weights = matrix_params * static_cast<double>(wbytes) + (params - matrix_params) * 4.0;
+  const double kv_per_token = static_cast<double>(kv_bytes_per_token(c, sbytes));
+  const double per_seq = conv + ssm + kv_per_token * static_cast<double>(o.context);
+  const double left = memory - weights;
+  const long long max_seqs = left <= 0 || per_seq <= 0 ? 0 : static_cast<long long>(std::floor(left / per_seq));
+
+  if (o.json) {
+    std::printf("{\"family\": \"%s\", \"layers\": %d, \"parameters\": %.0f, \"weight_bytes\": %.0f, "
+                "\"state_dtype\": \"%s\", \"conv_state_bytes_per_sequence\": %.0f, "
+                "\"ssm_state_bytes_per_sequence\": %.0f, \"kv_bytes_per_token\": %.0f, \"context\": %lld, "
+                "\"bytes_per_sequence\": %.0f, \"memory_bytes\": %.0f, \"max_sequences\": %lld}\n",
+                c.family.c_str(), c.n_layers(), params, weights, o.state_dtype.c_str(), conv, ssm, kv_per_token,
+                o.context, per_seq, memory, max_seqs);
+    return 0;
+  }
+  std::printf("family:             %s, %d layers (%s)\n", c.family.c_str(), c.n_layers(), c.layer_pattern().c_str());
+  std::printf("weights:            %.0f parameters, %.0f bytes (%s) at --dtype %s\n", params, weights,
+              human(weights).c_str(), o.dtype.c_str());
+  std::printf("state per sequence: %.0f bytes (%s) at --state-dtype %s\n", conv + ssm, human(conv + ssm).c_str(),
+              o.state_dtype.c_str());
+  for (const auto& [kind, e] : by_kind)
+    std::printf("  %-8s x%-4d      ssm %.0f bytes (%s) + conv %.0f bytes (%s)\n", kind.c_str(), e.first,
+                e.second.second, human(e.second.second).c_str(), e.second.first, human(e.second.first).c_str());
+  std::printf("kv per token:       %.0f bytes%s\n", kv_per_token, kv_per_token == 0 ? " (no attention layers)" : "");
+  std::printf("per sequence at context %lld: %.0f bytes (%s)\n", o.context, per_seq, human(per_seq).c_str());
+  if (left <= 0)
+    std::printf("memory %s: the weights alone (%s) do not fit: 0 sequences\n", human(memory).c_str(),
+                human(weights).c_str());
+  else
+    std::printf("memory %s: %s left after the weights -> at most %lld concurrent sequences\n", human(memory).c_str(),
+                human(left).c_str(), max_seqs);
+  return 0;
+}
+
+}  // namespace hybridlm
