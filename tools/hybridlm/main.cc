@@ -14,6 +14,7 @@
 #include "io/tokenizer.h"
 #include "runtime/engine.h"
 #include "tools/hybridlm/bench.h"
+#include "tools/hybridlm/format.h"
 #include "tools/hybridlm/plan.h"
 
 namespace hybridlm {
@@ -37,18 +38,6 @@ std::vector<int32_t> parse_ids(const std::string& s, const char* flag) {
     at = comma + 1;
   }
   return ids;
-}
-
-std::string format_bytes(double b) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (b >= 1024 && u < 4) {
-    b /= 1024;
-    ++u;
-  }
-  char buf[64];
-  std::snprintf(buf, sizeof buf, u ? "%.2f %s" : "%.0f %s", b, units[u]);
-  return buf;
 }
 
 // Options every model-loading subcommand shares.

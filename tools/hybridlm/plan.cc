@@ -9,6 +9,7 @@
 #include "base/error.h"
 #include "models/config.h"
 #include "models/plan.h"
+#include "tools/hybridlm/format.h"
 
 namespace hybridlm {
 
@@ -18,18 +19,6 @@ size_t dtype_bytes(const std::string& flag, const std::string& v) {
   if (v == "f32") return 4;
   if (v == "bf16" || v == "f16") return 2;
   throw Error(flag + " " + v + ": use f32, bf16 or f16");
-}
-
-std::string human(double b) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (b >= 1024 && u < 4) {
-    b /= 1024;
-    ++u;
-  }
-  char buf[64];
-  std::snprintf(buf, sizeof buf, u ? "%.2f %s" : "%.0f %s", b, units[u]);
-  return buf;
 }
 
 }  // namespace
@@ -100,20 +89,20 @@ int run_plan(const PlanOptions& o) {
   }
   std::printf("family:             %s, %d layers (%s)\n", c.family.c_str(), c.n_layers(), c.layer_pattern().c_str());
   std::printf("weights:            %.0f parameters, %.0f bytes (%s) at --dtype %s\n", params, weights,
-              human(weights).c_str(), o.dtype.c_str());
-  std::printf("state per sequence: %.0f bytes (%s) at --state-dtype %s\n", conv + ssm, human(conv + ssm).c_str(),
+              format_bytes(weights).c_str(), o.dtype.c_str());
+  std::printf("state per sequence: %.0f bytes (%s) at --state-dtype %s\n", conv + ssm, format_bytes(conv + ssm).c_str(),
               o.state_dtype.c_str());
   for (const auto& [kind, e] : by_kind)
     std::printf("  %-8s x%-4d      ssm %.0f bytes (%s) + conv %.0f bytes (%s)\n", kind.c_str(), e.first,
-                e.second.second, human(e.second.second).c_str(), e.second.first, human(e.second.first).c_str());
+                e.second.second, format_bytes(e.second.second).c_str(), e.second.first, format_bytes(e.second.first).c_str());
   std::printf("kv per token:       %.0f bytes%s\n", kv_per_token, kv_per_token == 0 ? " (no attention layers)" : "");
-  std::printf("per sequence at context %lld: %.0f bytes (%s)\n", o.context, per_seq, human(per_seq).c_str());
+  std::printf("per sequence at context %lld: %.0f bytes (%s)\n", o.context, per_seq, format_bytes(per_seq).c_str());
   if (left <= 0)
-    std::printf("memory %s: the weights alone (%s) do not fit: 0 sequences\n", human(memory).c_str(),
-                human(weights).c_str());
+    std::printf("memory %s: the weights alone (%s) do not fit: 0 sequences\n", format_bytes(memory).c_str(),
+                format_bytes(weights).c_str());
   else
-    std::printf("memory %s: %s left after the weights -> at most %lld concurrent sequences\n", human(memory).c_str(),
-                human(left).c_str(), max_seqs);
+    std::printf("memory %s: %s left after the weights -> at most %lld concurrent sequences\n", format_bytes(memory).c_str(),
+                format_bytes(left).c_str(), max_seqs);
   return 0;
 }
 

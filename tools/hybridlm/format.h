@@ -1,0 +1,22 @@
+// Human-readable sizes for the CLI's reports.
+#pragma once
+
+#include <cstdio>
+#include <string>
+
+namespace hybridlm {
+
+// 1536 -> "1.50 KiB"; below 1 KiB, whole bytes.
+inline std::string format_bytes(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (b >= 1024 && u < 4) {
+    b /= 1024;
+    ++u;
+  }
+  char buf[64];
+  std::snprintf(buf, sizeof buf, u ? "%.2f %s" : "%.0f %s", b, units[u]);
+  return buf;
+}
+
+}  // namespace hybridlm
