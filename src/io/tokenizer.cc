@@ -143,8 +143,9 @@ void Tokenizer::Impl::load_added_tokens(const json& j) {
   if (!j["added_tokens"].is_array()) throw Error(file + ": \"added_tokens\" must be an array");
   for (const json& t : j["added_tokens"]) {
     if (!t.is_object() || !t.contains("content") || !t["content"].is_string() || !t.contains("id") ||
-        !t["id"].is_number_integer() || t["id"].get<int64_t>() < 0 || t["id"].get<int64_t>() > INT32_MAX) {
-      throw Error(file + ": every added token needs a string \"content\" and a non-negative \"id\"");
+        !t["id"].is_number_integer() || t["id"].get<int64_t>() < 0 || t["id"].get<int64_t>() > kMaxTokenId) {
+      throw Error(file + ": every added token needs a string \"content\" and an \"id\" in [0, " +
+                  std::to_string(kMaxTokenId) + "]");
     }
     AddedToken a;
     a.content = t["content"].get<std::string>();

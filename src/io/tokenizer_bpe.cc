@@ -39,8 +39,8 @@ BpeModel BpeModel::from_json(const json& m, const std::string& where) {
   int32_t max_id = -1;
   bpe.vocab_.reserve(m["vocab"].size());
   for (const auto& [token, value] : m["vocab"].items()) {
-    if (!value.is_number_integer() || value.get<int64_t>() < 0 || value.get<int64_t>() > INT32_MAX) {
-      fail("vocab entry \"" + token + "\" has an invalid id");
+    if (!value.is_number_integer() || value.get<int64_t>() < 0 || value.get<int64_t>() > kMaxTokenId) {
+      fail("vocab entry \"" + token + "\" has an invalid id (ids must be in [0, " + std::to_string(kMaxTokenId) + "])");
     }
     const auto id = value.get<int32_t>();
     bpe.vocab_[token] = id;

@@ -19,6 +19,11 @@
 
 namespace hybridlm::tokenizer_detail {
 
+// Token ids index dense tables, so a huge id in a stranger's file would allocate gigabytes.
+// The largest real vocabularies are ~262k; 2^22 leaves room and bounds the tables.
+constexpr int64_t kMaxTokenId = (1 << 22) - 1;
+
+
 // ---------------------------------------------------------------------------------------------
 // UTF-8 (tokenizer_utf8.cc)
 

@@ -278,6 +278,13 @@ TEST(TokenizerErrors, LoadRefusesBadFilesWithClearMessages) {
   j = good;
   j["pre_tokenizer"] = {{"type", "Whitespace"}};
   expect_load_error(j.dump(), {"unsupported pre_tokenizer type", "Whitespace"});
+  // Found by fuzz_tokenizer_load: one id of 70M sized the id tables to gigabytes.
+  j = good;
+  j["model"]["vocab"]["x"] = 69999992;
+  expect_load_error(j.dump(), {"vocab entry \"x\" has an invalid id"});
+  j = good;
+  j["added_tokens"] = json::array({{{"id", 69999992}, {"content", "<big>"}}});
+  expect_load_error(j.dump(), {"\"id\" in [0, 4194303]"});
   j = good;
   j["pre_tokenizer"] = {
       {"type", "Split"}, {"pattern", {{"Regex", "\\s+"}}}, {"behavior", "MergedWithPrevious"}};
