@@ -55,10 +55,17 @@ size_t Model::weight_bytes() const {
   return n;
 }
 
+void Model::check_tokens(std::span<const int32_t> tokens) const {
+  const int V = cfg_.vocab_size;
+  for (int32_t id : tokens)
+    check(id >= 0 && id < V, "token id " + std::to_string(id) + " is outside the vocabulary (size " +
+                                 std::to_string(V) + ")");
+}
+
 void Model::forward(const KernelContext& ctx, std::span<const int32_t> tokens, std::span<const BatchRun> runs,
                     StatePool& pool, std::span<const int> logit_rows, float* logits, ForwardScratch& sc) const {
   const int T = static_cast<int>(tokens.size());
-  const int H = cfg_.d_model, V = cfg_.vocab_size;
+  const int H = cfg_.d_model;
   // Validate first: nothing below may fail once state starts changing.
   size_t total = 0;
   for (const BatchRun& r : runs) {
@@ -72,9 +79,7 @@ void Model::forward(const KernelContext& ctx, std::span<const int32_t> tokens, s
     for (size_t j = i + 1; j < runs.size(); ++j)
       check(runs[i].slot != runs[j].slot, "two runs of one batch continue the same sequence slot " +
                                               std::to_string(runs[i].slot));
-  for (int32_t id : tokens)
-    check(id >= 0 && id < V, "token id " + std::to_string(id) + " is outside the vocabulary (size " +
-                                 std::to_string(V) + ")");
+  check_tokens(tokens);
   for (int row : logit_rows) check(row >= 0 && row < T, "logit row " + std::to_string(row) + " out of range");
   if (T == 0) return;
 

@@ -54,6 +54,9 @@ class Model {
   size_t weight_bytes() const;
   size_t mapped_bytes() const { return mapped_bytes_; }
 
+  // Throws Error naming the first id outside [0, vocab_size).
+  void check_tokens(std::span<const int32_t> tokens) const;
+
   // tokens: the runs' tokens concatenated, in run order. logit_rows: rows (indices into tokens)
   // whose logits are wanted, ascending or not; logits: (logit_rows.size(), vocab).
   // Validates everything before touching any state: a bad token id or slot throws Error and

@@ -45,9 +45,7 @@ std::vector<float> Engine::prefill(int slot, std::span<const int32_t> tokens, bo
   // Validate the whole prompt before the first chunk runs, so a bad id late in a long prompt
   // cannot leave the sequence half-advanced.
   check(states_->is_live(slot), "state slot " + std::to_string(slot) + " is not in use");
-  for (int32_t id : tokens)
-    check(id >= 0 && id < vocab_size(), "token id " + std::to_string(id) + " is outside the vocabulary (size " +
-                                            std::to_string(vocab_size()) + ")");
+  model_.check_tokens(tokens);
   std::vector<float> out;
   std::vector<int> rows;
   for (size_t b = 0; b < tokens.size(); b += static_cast<size_t>(chunk)) {

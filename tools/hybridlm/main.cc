@@ -85,11 +85,6 @@ void check_logits_fit(size_t tokens, int vocab, const std::string& what) {
                                      format_bytes(kMaxLogitBytes) + " limit; use fewer tokens");
 }
 
-void check_vocab(const Engine& e, std::span<const int32_t> ids) {
-  for (int32_t id : ids)
-    check(id < e.vocab_size(), "token id " + std::to_string(id) + " is outside the vocabulary (size " +
-                                   std::to_string(e.vocab_size()) + ")");
-}
 
 // ---- generate -----------------------------------------------------------------------------------
 int cmd_generate(const ModelFlags& mf, const std::string& prompt, const GenerateOptions& gopt_in) {
@@ -102,7 +97,7 @@ int cmd_generate(const ModelFlags& mf, const std::string& prompt, const Generate
   gopt.eos_id = tok.eos_id() ? tok.eos_id() : engine.model().config().eos_token_id;
   std::vector<int32_t> ids = tok.encode(prompt);
   check(!ids.empty(), "the prompt is empty after tokenization");
-  check_vocab(engine, ids);
+  engine.model().check_tokens(ids);
   std::cout << prompt << std::flush;
   GenerateResult r = generate(engine, tok, ids, gopt, [](const std::string& s) { std::cout << s << std::flush; });
   std::cout << std::endl;
@@ -120,7 +115,7 @@ int cmd_score(const ModelFlags& mf, const std::string& prompt, const std::string
   Engine engine(mf.dir, mf.options());
   std::vector<int32_t> ids = ids_str.empty() ? load_tokenizer(mf.dir).encode(prompt) : parse_ids(ids_str, "--ids");
   check(!ids.empty(), "the prompt is empty after tokenization");
-  check_vocab(engine, ids);
+  engine.model().check_tokens(ids);
   check_logits_fit(ids.size(), engine.vocab_size(), "score");
   const int slot = engine.new_sequence();
   std::vector<float> logits = engine.prefill(slot, ids, true);
@@ -144,7 +139,7 @@ int cmd_perplexity(const ModelFlags& mf, const std::string& file, int ctx) {
   Engine engine(mf.dir, mf.options());
   std::vector<int32_t> ids = tok.encode(text.str(), false);
   check(ids.size() >= 2, file + ": needs at least 2 tokens, has " + std::to_string(ids.size()));
-  check_vocab(engine, ids);
+  engine.model().check_tokens(ids);
   check_logits_fit(std::min<size_t>(ctx, ids.size()), engine.vocab_size(), "--ctx");
   double nll = 0;
   size_t count = 0;
