@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer targets (clang, ASan + UBSan) and runs each for SECONDS (default 60).
+# Builds the libFuzzer targets (clang, ASan + UBSan) and runs each for SECONDS (default 60) or
+# 10 million executions, whichever comes first.
 #   scripts/fuzz.sh [SECONDS] [TARGET...]
 # A crash, leak, UB report or an input that runs over 1 s stops that target with a non-zero exit;
 # the input is saved as build-fuzz/artifacts/<target>/crash-* (copy it into
@@ -19,13 +20,15 @@ cmake --build build-fuzz --target "${targets[@]}"
 python3_bin=/usr/bin/python3
 "$python3_bin" fuzz/make_seeds.py build-fuzz/seeds >/dev/null
 export HYBRIDLM_SHARED_DATA=${HYBRIDLM_SHARED_DATA:-$(cd .. && pwd)/shared/data}
+# Several targets write each input to a scratch file; on tmpfs they run about 4x faster.
+if [ -z "${TMPDIR:-}" ] && [ -d /dev/shm ] && [ -w /dev/shm ]; then export TMPDIR=/dev/shm; fi
 status=0
 for t in "${targets[@]}"; do
   mkdir -p "build-fuzz/corpus/$t" "build-fuzz/artifacts/$t"
   echo "== $t: ${secs}s"
   # The working corpus grows in build-fuzz/corpus/<t>; seeds and kept regressions are read-only inputs.
   if ! build-fuzz/fuzz/"$t" "build-fuzz/corpus/$t" "build-fuzz/seeds/$t" "fuzz/regressions/$t" \
-        -dict=fuzz/json.dict -max_total_time="$secs" -timeout=1 -rss_limit_mb=2048 -max_len=8192 \
+        -dict=fuzz/json.dict -max_total_time="$secs" -runs=10000000 -timeout=1 -rss_limit_mb=2048 -max_len=8192 \
         -artifact_prefix="build-fuzz/artifacts/$t/" -print_final_stats=1 2>"build-fuzz/$t.log"; then
     status=1
     echo "!! $t failed; see build-fuzz/$t.log and build-fuzz/artifacts/$t/"
