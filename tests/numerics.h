@@ -13,6 +13,8 @@ constexpr double kConv = 1e-5;
 // Scans: exp() of f32 arguments and long recurrences in f32 vs double.
 constexpr double kMamba1Scan = 2e-5;
 constexpr double kSsdScan = 5e-5;
+// Attention: f32 online softmax (vexp, per-tile rescale) vs double two-pass softmax.
+constexpr double kAttention = 2e-5;
 // Full model: decode (chunk of 1) vs prefill (chunked SSD) differ only by f32 summation order.
 constexpr double kDecodeVsPrefill = 1e-4;
 

@@ -32,6 +32,26 @@ struct SsdDims {
   int d_state = 0;   // N
 };
 
+// One attention layer's view of one sequence's paged KV cache. Token j of the sequence lives in
+// page pages[j / block_size] at row j % block_size; a page holds K and V as (block_size,
+// n_kv_heads, head_dim) each, `page_stride` floats apart from the next page.
+struct PagedKv {
+  float* k = nullptr;  // K of page 0 of this layer
+  float* v = nullptr;  // V of page 0 of this layer
+  const int32_t* pages = nullptr;
+  int block_size = 0, n_kv_heads = 0, head_dim = 0;
+  size_t page_stride = 0;
+  float* k_row(int token) const { return k + row_offset(token); }
+  float* v_row(int token) const { return v + row_offset(token); }
+  size_t row_offset(int token) const {
+    return static_cast<size_t>(pages[token / block_size]) * page_stride +
+           static_cast<size_t>(token % block_size) * n_kv_heads * head_dim;
+  }
+};
+
+// Feed-forward activations. Gelu is the exact (erf) form; Relu2 is relu(x)^2 (Nemotron-H, Primer).
+enum class Activation { Silu, Gelu, Relu2 };
+
 }  // namespace hybridlm
 
 namespace hybridlm::ref {

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <complex>
 #include <random>
 #include <vector>
 
@@ -293,6 +294,120 @@ TEST_F(Kernels, EmbeddingMatchesRef) {
     for (size_t i = 0; i < o.n; ++i) ASSERT_EQ(o.v[i], orf.v[i]);
     o.expect_guard();
   }
+}
+
+// RoPE against the complex-number form: pair (j, j + r/2) as a + ib, times e^{i pos theta^(-2j/r)}.
+TEST_F(Kernels, RopeMatchesComplexRotation) {
+  struct Case { const char* label; int T, pos0, heads, hd, rot; float theta; };
+  const Case cases[] = {{"full rotary, Falcon-H1/LFM2 style", 7, 0, 3, 16, 16, 10000.0f},
+                        {"partial rotary 0.5, Bamba style, deep position", 5, 70000, 2, 32, 16, 1e6f},
+                        {"rotary 0: no positions (Jamba)", 3, 4, 2, 8, 0, 10000.0f}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.label);
+    const int ld = c.heads * c.hd + 5;  // a row stride wider than the heads
+    auto x = randn(static_cast<size_t>(c.T) * ld, 40);
+    auto got = x, want = x;
+    cpu::rope(ctx, got.data(), ld, c.T, c.pos0, c.heads, c.hd, c.rot, c.theta);
+    ref::rope(ref_ctx, want.data(), ld, c.T, c.pos0, c.heads, c.hd, c.rot, c.theta);
+    const int half = c.rot / 2;
+    for (int t = 0; t < c.T; ++t)
+      for (int h = 0; h < c.heads; ++h)
+        for (int i = 0; i < c.hd; ++i) {
+          const size_t o = static_cast<size_t>(t) * ld + static_cast<size_t>(h) * c.hd;
+          double expect = x[o + i];
+          if (i < 2 * half) {
+            const int j = i % half;
+            const std::complex<double> z(x[o + j], x[o + j + half]);
+            const double angle = static_cast<double>(c.pos0 + t) * std::pow(double(c.theta), -2.0 * j / c.rot);
+            const std::complex<double> r = z * std::polar(1.0, angle);
+            expect = i < half ? r.real() : r.imag();
+          }
+          ASSERT_NEAR(want[o + i], expect, 1e-5) << "ref t=" << t << " i=" << i;
+          ASSERT_NEAR(got[o + i], expect, 1e-5) << "cpu t=" << t << " i=" << i;
+        }
+  }
+}
+
+// A paged KV cache with pages scattered in a pool, filled with random K and V for n tokens.
+struct PagedFixture {
+  PagedFixture(int n_tokens, int block, int kv_heads, int hd, uint64_t seed) {
+    const int n_pages = (n_tokens + block - 1) / block;
+    for (int p = 0; p < n_pages; ++p) table.push_back(2 * n_pages - 1 - 2 * p);  // reversed, with gaps
+    kv.block_size = block;
+    kv.n_kv_heads = kv_heads;
+    kv.head_dim = hd;
+    kv.page_stride = static_cast<size_t>(block) * kv_heads * hd + 3;
+    k = randn(kv.page_stride * 2 * n_pages, seed);
+    v = randn(kv.page_stride * 2 * n_pages, seed + 1);
+    kv.k = k.data();
+    kv.v = v.data();
+    kv.pages = table.data();
+  }
+  std::vector<int32_t> table;
+  std::vector<float> k, v;
+  PagedKv kv;
+};
+
+TEST_F(Kernels, AttentionMatchesRefAndDenseSoftmax) {
+  struct Case { const char* label; int pos0, T, heads, kv_heads, hd, block; };
+  const Case cases[] = {{"prefill from empty, GQA 4:2, pages of 16", 0, 37, 4, 2, 16, 16},
+                        {"decode at a page boundary", 32, 1, 4, 2, 16, 16},
+                        {"decode one past a boundary", 33, 1, 4, 4, 8, 16},
+                        {"continuation chunk over 300 keys, MQA, pages of 5", 270, 40, 3, 1, 24, 5},
+                        {"block size 1", 3, 4, 2, 1, 8, 1}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.label);
+    PagedFixture f(c.pos0 + c.T, c.block, c.kv_heads, c.hd, 50);
+    const int ld = c.heads * c.hd + 7;
+    auto q = randn(static_cast<size_t>(c.T) * ld, 52, 0.5f);
+    const size_t n = static_cast<size_t>(c.T) * c.heads * c.hd;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(c.hd));
+    Out got(n), want(n);
+    cpu::attention(ctx, q.data(), ld, f.kv, c.pos0, c.T, c.heads, scale, got.data());
+    ref::attention(ref_ctx, q.data(), ld, f.kv, c.pos0, c.T, c.heads, scale, want.data());
+    got.expect_guard();
+    EXPECT_LT(rel_err(got.data(), want.data(), n), tol::kAttention);
+    // Independent check of one (query, head): the softmax written out densely.
+    const int t = c.T - 1, h = c.heads - 1, kvh = h / (c.heads / c.kv_heads), n_keys = c.pos0 + t + 1;
+    std::vector<double> p(n_keys);
+    double mx = -1e300, sum = 0;
+    for (int j = 0; j < n_keys; ++j) {
+      const int page = f.table[j / c.block], row = j % c.block;
+      const float* kr = f.k.data() + page * f.kv.page_stride + (static_cast<size_t>(row) * c.kv_heads + kvh) * c.hd;
+      double d = 0;
+      for (int i = 0; i < c.hd; ++i) d += double(q[static_cast<size_t>(t) * ld + h * c.hd + i]) * kr[i];
+      mx = std::max(mx, p[j] = d * scale);
+    }
+    for (double& x : p) sum += (x = std::exp(x - mx));
+    for (int i = 0; i < c.hd; ++i) {
+      double o = 0;
+      for (int j = 0; j < n_keys; ++j) {
+        const int page = f.table[j / c.block], row = j % c.block;
+        o += p[j] / sum * f.v[page * f.kv.page_stride + (static_cast<size_t>(row) * c.kv_heads + kvh) * c.hd + i];
+      }
+      EXPECT_NEAR(want.v[static_cast<size_t>(t) * c.heads * c.hd + h * c.hd + i], o, 1e-5);
+    }
+  }
+}
+
+TEST_F(Kernels, ActivationsMatchRef) {
+  const int T = 9, d = 37, ld = 50;
+  auto a = randn(static_cast<size_t>(T) * ld, 60, 2.0f), b = randn(static_cast<size_t>(T) * ld, 61);
+  for (Activation act : {Activation::Silu, Activation::Gelu, Activation::Relu2})
+    for (const float* gate : {static_cast<const float*>(nullptr), static_cast<const float*>(b.data())}) {
+      Out got(static_cast<size_t>(T) * d), want(static_cast<size_t>(T) * d);
+      cpu::activation(ctx, act, a.data(), gate, ld, T, d, got.data());
+      ref::activation(ref_ctx, act, a.data(), gate, ld, T, d, want.data());
+      got.expect_guard();
+      EXPECT_LT(rel_err(got.data(), want.data(), got.n), tol::kNorm);
+    }
+  // Spot values: gelu(1) = 0.8413447, relu2(-1) = 0, relu2(3) = 9.
+  float x[3] = {1.0f, -1.0f, 3.0f}, y[3];
+  ref::activation(ref_ctx, Activation::Gelu, x, nullptr, 1, 1, 1, y);
+  EXPECT_NEAR(y[0], 0.8413447f, 1e-6);
+  ref::activation(ref_ctx, Activation::Relu2, x, nullptr, 3, 1, 3, y);
+  EXPECT_EQ(y[1], 0.0f);
+  EXPECT_EQ(y[2], 9.0f);
 }
 
 TEST(VecMath, ExpMatchesLibmWithinFewUlp) {

@@ -7,8 +7,7 @@
 #include <cstring>
 #include <vector>
 
-#include "base/thread_pool.h"
-#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/cpu_common.h"
 #include "kernels/cpu/vec_math.h"
 #include "kernels/kernels.h"
 
@@ -16,15 +15,6 @@ namespace hybridlm::cpu {
 
 namespace {
 
-#define HYBRIDLM_INLINE inline __attribute__((always_inline))
-#define HYBRIDLM_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,fma")))
-
-
-void parallel(const KernelContext& ctx, size_t n, size_t grain,
-              const std::function<void(size_t, size_t)>& fn) {
-  if (ctx.pool) ctx.pool->parallel_for(n, fn, grain);
-  else fn(0, n);
-}
 
 // ---- RMSNorm ------------------------------------------------------------------------------------
 HYBRIDLM_INLINE void rmsnorm_rows(const float* x, const float* w, int d, float eps, float* y,
@@ -271,7 +261,7 @@ void ssd_step_portable(const float* x, const float* dt, const float* A, const fl
   ssd_step_heads(x, dt, A, B, C, D, dm, S, y, hb, he);
 }
 
-bool avx() { return simd_path() == SimdPath::Avx512; }
+bool avx() { return use_avx512(); }
 
 }  // namespace
 

@@ -1,5 +1,6 @@
 // Scalar reference kernels: the oracle the optimized kernels are tested against. Plain loops in
 // the order of the math, double accumulators where a sum runs long. Not fast, obviously correct.
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -181,6 +182,72 @@ void softplus(const KernelContext&, float* x, size_t n) {
 void embedding(const WeightView& E, const int32_t* ids, int T, float* out) {
   for (int t = 0; t < T; ++t)
     for (int c = 0; c < E.cols; ++c) out[static_cast<size_t>(t) * E.cols + c] = weight_at(E, ids[t], c);
+}
+
+void rope(const KernelContext&, float* x, int ld_x, int T, int pos0, int n_heads, int head_dim, int rot_dim,
+          float theta) {
+  const int half = rot_dim / 2;
+  for (int t = 0; t < T; ++t) {
+    for (int j = 0; j < half; ++j) {
+      const double angle = static_cast<double>(pos0 + t) * std::pow(static_cast<double>(theta), -2.0 * j / rot_dim);
+      const double c = std::cos(angle), s = std::sin(angle);
+      for (int h = 0; h < n_heads; ++h) {
+        float* v = x + static_cast<size_t>(t) * ld_x + static_cast<size_t>(h) * head_dim;
+        const double a = v[j], b = v[j + half];
+        v[j] = static_cast<float>(a * c - b * s);
+        v[j + half] = static_cast<float>(b * c + a * s);
+      }
+    }
+  }
+}
+
+void attention(const KernelContext&, const float* q, int ld_q, const PagedKv& kv, int pos0, int T, int n_heads,
+               float scale, float* out) {
+  const int hd = kv.head_dim, rep = n_heads / kv.n_kv_heads;
+  std::vector<double> score;
+  for (int t = 0; t < T; ++t) {
+    const int n_keys = pos0 + t + 1;
+    score.resize(n_keys);
+    for (int h = 0; h < n_heads; ++h) {
+      const float* qh = q + static_cast<size_t>(t) * ld_q + static_cast<size_t>(h) * hd;
+      const int kvh = h / rep;
+      double mx = -INFINITY;
+      for (int j = 0; j < n_keys; ++j) {
+        const float* k = kv.k_row(j) + static_cast<size_t>(kvh) * hd;
+        double d = 0;
+        for (int i = 0; i < hd; ++i) d += static_cast<double>(qh[i]) * k[i];
+        score[j] = d * scale;
+        mx = std::max(mx, score[j]);
+      }
+      double sum = 0;
+      for (int j = 0; j < n_keys; ++j) sum += (score[j] = std::exp(score[j] - mx));
+      float* o = out + static_cast<size_t>(t) * n_heads * hd + static_cast<size_t>(h) * hd;
+      for (int i = 0; i < hd; ++i) {
+        double acc = 0;
+        for (int j = 0; j < n_keys; ++j) acc += score[j] * kv.v_row(j)[static_cast<size_t>(kvh) * hd + i];
+        o[i] = static_cast<float>(acc / sum);
+      }
+    }
+  }
+}
+
+static double act_ref(Activation act, double x) {
+  switch (act) {
+    case Activation::Silu: return x / (1.0 + std::exp(-x));
+    case Activation::Gelu: return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0)));
+    case Activation::Relu2: return x > 0 ? x * x : 0.0;
+  }
+  return 0;
+}
+
+void activation(const KernelContext&, Activation act, const float* a, const float* b, int ld, int T, int d,
+                float* out) {
+  for (int t = 0; t < T; ++t)
+    for (int i = 0; i < d; ++i) {
+      const size_t s = static_cast<size_t>(t) * ld + i;
+      const double v = act_ref(act, a[s]) * (b ? b[s] : 1.0f);
+      out[static_cast<size_t>(t) * d + i] = static_cast<float>(v);
+    }
 }
 
 }  // namespace hybridlm::ref

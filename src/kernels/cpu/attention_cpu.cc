@@ -1,0 +1,145 @@
+// CPU kernels for attention layers and feed-forwards: RoPE, causal attention over the paged KV
+// cache (online softmax over tiles of keys, so memory stays O(head_dim) per query), and the
+// feed-forward activations. Work items are (query, head) pairs or rows, each computed whole by one
+// thread, so results do not depend on the thread count or on the other sequences of a batch.
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "base/error.h"
+#include "kernels/cpu/cpu_common.h"
+#include "kernels/cpu/vec_math.h"
+
+namespace hybridlm::cpu {
+
+namespace {
+
+// The largest head_dim the attention kernel keeps on its stack (configs are capped to it).
+constexpr int kMaxHeadDim = 1024;
+// Keys per online-softmax tile: scores of a tile are computed first, then one rescale per tile.
+constexpr int kKeyTile = 64;
+
+HYBRIDLM_INLINE void attention_items(const float* q, int ld_q, const PagedKv& kv, int pos0, int n_heads,
+                                     float scale, float* out, size_t ib, size_t ie) {
+  const int hd = kv.head_dim, rep = n_heads / kv.n_kv_heads;
+  float acc[kMaxHeadDim];
+  float sc[kKeyTile];
+  for (size_t item = ib; item < ie; ++item) {
+    const int t = static_cast<int>(item / n_heads), h = static_cast<int>(item % n_heads);
+    const float* qh = q + static_cast<size_t>(t) * ld_q + static_cast<size_t>(h) * hd;
+    const size_t kv_off = static_cast<size_t>(h / rep) * hd;
+    const int n_keys = pos0 + t + 1;
+    float m = -INFINITY, l = 0.0f;
+    for (int i = 0; i < hd; ++i) acc[i] = 0.0f;
+    for (int j0 = 0; j0 < n_keys; j0 += kKeyTile) {
+      const int nb = std::min(kKeyTile, n_keys - j0);
+      float tile_max = -INFINITY;
+      for (int j = 0; j < nb; ++j) {
+        sc[j] = vdot(qh, kv.k_row(j0 + j) + kv_off, hd) * scale;
+        tile_max = std::max(tile_max, sc[j]);
+      }
+      if (tile_max > m) {  // rescale what was accumulated against the old maximum
+        const float r = m == -INFINITY ? 0.0f : vexp(m - tile_max);
+        l *= r;
+        for (int i = 0; i < hd; ++i) acc[i] *= r;
+        m = tile_max;
+      }
+      for (int j = 0; j < nb; ++j) {
+        const float p = vexp(sc[j] - m);
+        l += p;
+        const float* v = kv.v_row(j0 + j) + kv_off;
+        for (int i = 0; i < hd; ++i) acc[i] += p * v[i];
+      }
+    }
+    float* o = out + static_cast<size_t>(t) * n_heads * hd + static_cast<size_t>(h) * hd;
+    const float inv = 1.0f / l;
+    for (int i = 0; i < hd; ++i) o[i] = acc[i] * inv;
+  }
+}
+HYBRIDLM_AVX512 void attention_avx512(const float* q, int ld_q, const PagedKv& kv, int pos0, int n_heads,
+                                      float scale, float* out, size_t ib, size_t ie) {
+  attention_items(q, ld_q, kv, pos0, n_heads, scale, out, ib, ie);
+}
+void attention_portable(const float* q, int ld_q, const PagedKv& kv, int pos0, int n_heads, float scale,
+                        float* out, size_t ib, size_t ie) {
+  attention_items(q, ld_q, kv, pos0, n_heads, scale, out, ib, ie);
+}
+
+HYBRIDLM_INLINE void activation_rows(Activation act, const float* a, const float* b, int ld, int d, float* out,
+                                     size_t tb, size_t te) {
+  for (size_t t = tb; t < te; ++t) {
+    const float* ar = a + t * ld;
+    float* o = out + t * d;
+    switch (act) {
+      case Activation::Silu:
+        for (int i = 0; i < d; ++i) o[i] = vsilu(ar[i]);
+        break;
+      case Activation::Gelu:
+        for (int i = 0; i < d; ++i) o[i] = 0.5f * ar[i] * (1.0f + std::erf(ar[i] * 0.70710678118654752f));
+        break;
+      case Activation::Relu2:
+        for (int i = 0; i < d; ++i) o[i] = ar[i] > 0.0f ? ar[i] * ar[i] : 0.0f;
+        break;
+    }
+    if (b) {
+      const float* br = b + t * ld;
+      for (int i = 0; i < d; ++i) o[i] *= br[i];
+    }
+  }
+}
+HYBRIDLM_AVX512 void activation_avx512(Activation act, const float* a, const float* b, int ld, int d, float* out,
+                                       size_t tb, size_t te) {
+  activation_rows(act, a, b, ld, d, out, tb, te);
+}
+void activation_portable(Activation act, const float* a, const float* b, int ld, int d, float* out, size_t tb,
+                         size_t te) {
+  activation_rows(act, a, b, ld, d, out, tb, te);
+}
+
+}  // namespace
+
+void rope(const KernelContext& ctx, float* x, int ld_x, int T, int pos0, int n_heads, int head_dim, int rot_dim,
+          float theta) {
+  const int half = rot_dim / 2;
+  if (half == 0) return;
+  // Angles in double: positions reach 10^5-10^6, where an f32 angle would be off by ~0.01 rad.
+  std::vector<double> inv_freq(half);
+  for (int j = 0; j < half; ++j) inv_freq[j] = std::pow(static_cast<double>(theta), -2.0 * j / rot_dim);
+  parallel(ctx, T, 4, [&](size_t tb, size_t te) {
+    std::vector<float> cs(half), sn(half);
+    for (size_t t = tb; t < te; ++t) {
+      for (int j = 0; j < half; ++j) {
+        const double angle = static_cast<double>(pos0 + static_cast<int>(t)) * inv_freq[j];
+        cs[j] = static_cast<float>(std::cos(angle));
+        sn[j] = static_cast<float>(std::sin(angle));
+      }
+      for (int h = 0; h < n_heads; ++h) {
+        float* v = x + t * ld_x + static_cast<size_t>(h) * head_dim;
+        for (int j = 0; j < half; ++j) {
+          const float a = v[j], b = v[j + half];
+          v[j] = a * cs[j] - b * sn[j];
+          v[j + half] = b * cs[j] + a * sn[j];
+        }
+      }
+    }
+  });
+}
+
+void attention(const KernelContext& ctx, const float* q, int ld_q, const PagedKv& kv, int pos0, int T, int n_heads,
+               float scale, float* out) {
+  check(kv.head_dim <= kMaxHeadDim, "attention head_dim above " + std::to_string(kMaxHeadDim));
+  parallel(ctx, static_cast<size_t>(T) * n_heads, 2, [&](size_t b, size_t e) {
+    use_avx512() ? attention_avx512(q, ld_q, kv, pos0, n_heads, scale, out, b, e)
+                 : attention_portable(q, ld_q, kv, pos0, n_heads, scale, out, b, e);
+  });
+}
+
+void activation(const KernelContext& ctx, Activation act, const float* a, const float* b, int ld, int T, int d,
+                float* out) {
+  parallel(ctx, T, 4, [&](size_t tb, size_t te) {
+    use_avx512() ? activation_avx512(act, a, b, ld, d, out, tb, te)
+                 : activation_portable(act, a, b, ld, d, out, tb, te);
+  });
+}
+
+}  // namespace hybridlm::cpu
