@@ -58,6 +58,9 @@ void StatePool::copy(int src, int dst) {
 }
 
 float* StatePool::slot_data(int slot) { return data_.data() + static_cast<size_t>(slot) * slot_floats_; }
+const float* StatePool::slot_data(int slot) const {
+  return data_.data() + static_cast<size_t>(slot) * slot_floats_;
+}
 float* StatePool::conv_state(int slot, int layer) { return slot_data(slot) + conv_offset_[layer]; }
 float* StatePool::ssm_state(int slot, int layer) { return slot_data(slot) + ssm_offset_[layer]; }
 

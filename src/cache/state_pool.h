@@ -35,6 +35,7 @@ class StatePool {
   float* ssm_state(int slot, int layer);
   // The whole slot as one block (snapshot / restore).
   float* slot_data(int slot);
+  const float* slot_data(int slot) const;
   size_t slot_floats() const { return slot_floats_; }
 
   size_t bytes_per_slot() const { return slot_floats_ * sizeof(float); }

@@ -1,0 +1,318 @@
+#include "cache/hybrid_cache.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+#include "base/error.h"
+
+namespace hybridlm {
+
+const char* layer_cache_kind_name(LayerCacheKind k) {
+  switch (k) {
+    case LayerCacheKind::None: return "none";
+    case LayerCacheKind::Attention: return "attention";
+    case LayerCacheKind::Mamba: return "mamba";
+    case LayerCacheKind::MambaAndAttention: return "mamba+attention";
+    case LayerCacheKind::Conv: return "conv";
+  }
+  return "?";
+}
+
+// The KV pages of every attention layer. Page p of layer l holds K then V, each (block_size,
+// n_kv_heads, head_dim). One page id names the same token range in every layer, so a sequence
+// needs one block table for all layers. Storage comes from calloc: pages are zero and the OS
+// backs them with memory only when first written.
+class KvPagePool {
+ public:
+  KvPagePool(const std::vector<KvLayerSpec>& layers, int block_size, int n_pages)
+      : refs_(static_cast<size_t>(n_pages), 0) {
+    for (const KvLayerSpec& l : layers) {
+      const size_t half = static_cast<size_t>(block_size) * l.n_kv_heads * l.head_dim;
+      Layer L;
+      L.page_floats = 2 * half;
+      L.v_offset = half;
+      L.data.reset(static_cast<float*>(std::calloc(std::max<size_t>(1, L.page_floats * n_pages), sizeof(float))));
+      check(L.data != nullptr, "cannot allocate the KV cache (" + std::to_string(n_pages) + " pages)");
+      layers_.push_back(std::move(L));
+    }
+    for (int p = n_pages - 1; p >= 0; --p) free_.push_back(p);
+  }
+  int alloc() {
+    check(!free_.empty(), "KV cache full");
+    const int p = free_.back();
+    free_.pop_back();
+    refs_[p] = 1;
+    return p;
+  }
+  void ref(int p) { ++refs_[p]; }
+  void unref(int p) {
+    if (--refs_[p] == 0) free_.push_back(p);
+  }
+  int refcount(int p) const { return refs_[p]; }
+  int free_count() const { return static_cast<int>(free_.size()); }
+  int total() const { return static_cast<int>(refs_.size()); }
+  void copy(int src, int dst) {
+    for (Layer& L : layers_)
+      std::memcpy(L.data.get() + static_cast<size_t>(dst) * L.page_floats,
+                  L.data.get() + static_cast<size_t>(src) * L.page_floats, L.page_floats * sizeof(float));
+  }
+  PagedKv view(int layer, int block_size, const KvLayerSpec& spec, const int32_t* pages) {
+    Layer& L = layers_[layer];
+    return {L.data.get(), L.data.get() + L.v_offset, pages, block_size, spec.n_kv_heads, spec.head_dim,
+            L.page_floats};
+  }
+
+ private:
+  struct Free {
+    void operator()(float* p) const { std::free(p); }
+  };
+  struct Layer {
+    std::unique_ptr<float[], Free> data;
+    size_t page_floats = 0, v_offset = 0;
+  };
+  std::vector<Layer> layers_;
+  std::vector<int> refs_;
+  std::vector<int32_t> free_;
+};
+
+// ---- Snapshot ---------------------------------------------------------------------------------
+
+Snapshot::Snapshot(Snapshot&& o) noexcept { *this = std::move(o); }
+Snapshot& Snapshot::operator=(Snapshot&& o) noexcept {
+  if (this != &o) {
+    drop();
+    pages_owner_ = std::move(o.pages_owner_);
+    state_ = std::move(o.state_);
+    pages_ = std::move(o.pages_);
+    length_ = o.length_;
+    o.pages_owner_.reset();
+    o.pages_.clear();
+  }
+  return *this;
+}
+Snapshot::~Snapshot() { drop(); }
+void Snapshot::drop() {
+  if (pages_owner_)
+    for (int32_t p : pages_) pages_owner_->unref(p);
+  pages_owner_.reset();
+  pages_.clear();
+  state_.clear();
+}
+
+// ---- HybridCache --------------------------------------------------------------------------------
+
+static std::vector<LayerStateSpec> state_layers(const std::vector<LayerCacheSpec>& layers) {
+  std::vector<LayerStateSpec> out;
+  for (const LayerCacheSpec& l : layers) out.push_back(l.state);
+  return out;
+}
+
+HybridCache::HybridCache(std::vector<LayerCacheSpec> layers, const CacheOptions& opt)
+    : layers_(std::move(layers)), block_size_(opt.block_size), states_(state_layers(layers_), opt.max_sequences) {
+  check(opt.max_sequences > 0, "the cache needs at least one sequence (max sequences = " +
+                                   std::to_string(opt.max_sequences) + ")");
+  check(opt.block_size > 0 && opt.block_size <= 4096, "KV block size must be in [1, 4096], got " +
+                                                          std::to_string(opt.block_size));
+  std::vector<KvLayerSpec> kv_layers;
+  for (const LayerCacheSpec& l : layers_) {
+    kv_index_.push_back(l.has_kv() ? static_cast<int>(kv_layers.size()) : -1);
+    if (l.has_kv()) kv_layers.push_back(l.kv);
+    has_state_ = has_state_ || l.has_state();
+  }
+  has_kv_ = !kv_layers.empty();
+  int n_pages = 0;
+  if (has_kv_) {
+    check(opt.context > 0 && opt.kv_pages >= 0, "context and KV pages must be positive");
+    const int64_t per_seq = (static_cast<int64_t>(opt.context) + opt.block_size - 1) / opt.block_size;
+    const int64_t want = opt.kv_pages > 0 ? opt.kv_pages : per_seq * opt.max_sequences;
+    check(want <= (int64_t{1} << 30), "KV cache of " + std::to_string(want) + " pages is too large");
+    n_pages = static_cast<int>(want);
+  }
+  pages_ = std::make_shared<KvPagePool>(kv_layers, block_size_, n_pages);
+  seqs_.resize(static_cast<size_t>(opt.max_sequences));
+}
+
+HybridCache::~HybridCache() = default;
+
+void HybridCache::check_live(int seq) const {
+  check(states_.is_live(seq), "sequence " + std::to_string(seq) + " is not in the cache");
+}
+bool HybridCache::is_live(int seq) const { return states_.is_live(seq); }
+
+int HybridCache::add() {
+  const int s = states_.acquire();
+  seqs_[s] = Seq{};
+  return s;
+}
+
+void HybridCache::release_pages(Seq& s) {
+  for (int32_t p : s.pages) pages_->unref(p);
+  s.pages.clear();
+}
+
+void HybridCache::remove(int seq) {
+  check_live(seq);
+  release_pages(seqs_[seq]);
+  seqs_[seq] = Seq{};
+  states_.release(seq);
+}
+
+void HybridCache::reset(int seq) {
+  check_live(seq);
+  release_pages(seqs_[seq]);
+  seqs_[seq] = Seq{};
+  states_.reset(seq);
+}
+
+int HybridCache::fork(int seq) {
+  check_live(seq);
+  const int child = states_.acquire();
+  states_.copy(seq, child);
+  Seq& c = seqs_[child];
+  c = Seq{};
+  c.pages = seqs_[seq].pages;
+  for (int32_t p : c.pages) pages_->ref(p);
+  c.length = seqs_[seq].length;
+  return child;
+}
+
+Snapshot HybridCache::snapshot(int seq) const {
+  check_live(seq);
+  Snapshot s;
+  s.pages_owner_ = pages_;
+  s.state_.assign(states_.slot_data(seq), states_.slot_data(seq) + states_.slot_floats());
+  s.pages_ = seqs_[seq].pages;
+  for (int32_t p : s.pages_) pages_->ref(p);
+  s.length_ = seqs_[seq].length;
+  return s;
+}
+
+void HybridCache::restore(int seq, const Snapshot& snap) {
+  check_live(seq);
+  check(snap.pages_owner_ == pages_, "snapshot restored into a different cache (or an empty snapshot)");
+  Seq& s = seqs_[seq];
+  for (int32_t p : snap.pages_) pages_->ref(p);  // before releasing: snap may share s's pages
+  release_pages(s);
+  s.pages = snap.pages_;
+  s.length = snap.length_;
+  s.kept.clear();
+  std::copy(snap.state_.begin(), snap.state_.end(), states_.slot_data(seq));
+}
+
+void HybridCache::reorder(std::span<const int> seqs, std::span<const int> src) {
+  check(seqs.size() == src.size(), "reorder: " + std::to_string(seqs.size()) + " sequences but " +
+                                       std::to_string(src.size()) + " source indices");
+  for (int s : seqs) check_live(s);
+  for (int i : src)
+    check(i >= 0 && static_cast<size_t>(i) < seqs.size(), "reorder: source index " + std::to_string(i) +
+                                                              " outside the " + std::to_string(seqs.size()) + " sequences");
+  std::vector<Snapshot> before;
+  before.reserve(seqs.size());
+  for (int s : seqs) before.push_back(snapshot(s));
+  for (size_t i = 0; i < seqs.size(); ++i) restore(seqs[i], before[src[i]]);
+}
+
+void HybridCache::keep_snapshot(int seq) {
+  check_live(seq);
+  std::vector<Snapshot>& kept = seqs_[seq].kept;
+  const int len = seqs_[seq].length;
+  std::erase_if(kept, [&](const Snapshot& k) { return k.length() == len; });
+  kept.push_back(snapshot(seq));
+}
+
+std::vector<int> HybridCache::kept_lengths(int seq) const {
+  check_live(seq);
+  std::vector<int> out;
+  for (const Snapshot& k : seqs_[seq].kept) out.push_back(k.length());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+void HybridCache::crop(int seq, int n) {
+  check_live(seq);
+  Seq& s = seqs_[seq];
+  check(n >= 0 && n <= s.length, "cannot crop sequence " + std::to_string(seq) + " of " +
+                                     std::to_string(s.length) + " tokens to " + std::to_string(n));
+  if (n == s.length) return;
+  if (has_state_) {
+    auto it = std::find_if(s.kept.begin(), s.kept.end(), [&](const Snapshot& k) { return k.length() == n; });
+    if (it == s.kept.end()) {
+      std::string have;
+      for (int l : kept_lengths(seq)) have += (have.empty() ? "" : ", ") + std::to_string(l);
+      throw Error("cannot crop sequence " + std::to_string(seq) + " to " + std::to_string(n) +
+                  " tokens: its recurrent state at " + std::to_string(n) + " tokens was not kept (kept: " +
+                  (have.empty() ? "none" : have) + ")");
+    }
+    std::vector<Snapshot> kept = std::move(s.kept);
+    std::erase_if(kept, [&](const Snapshot& k) { return k.length() > n; });
+    const Snapshot& at = *std::find_if(kept.begin(), kept.end(), [&](const Snapshot& k) { return k.length() == n; });
+    restore(seq, at);
+    s.kept = std::move(kept);
+    return;
+  }
+  const size_t keep_pages = (static_cast<size_t>(n) + block_size_ - 1) / block_size_;
+  for (size_t i = keep_pages; i < s.pages.size(); ++i) pages_->unref(s.pages[i]);
+  s.pages.resize(keep_pages);
+  s.length = n;
+  std::erase_if(s.kept, [&](const Snapshot& k) { return k.length() > n; });
+}
+
+int HybridCache::seq_length(int seq) const {
+  check_live(seq);
+  return seqs_[seq].length;
+}
+
+void HybridCache::prepare(std::span<const BatchRun> runs) {
+  int64_t need = 0;
+  for (const BatchRun& r : runs) {
+    check_live(r.seq);
+    check(r.len >= 0, "batch run of " + std::to_string(r.len) + " tokens");
+    if (!has_kv_ || r.len == 0) continue;
+    const Seq& s = seqs_[r.seq];
+    const int64_t pages_after = (static_cast<int64_t>(s.length) + r.len + block_size_ - 1) / block_size_;
+    need += pages_after - static_cast<int64_t>(s.pages.size());
+    // The page that receives the next token is written: a shared one is copied first.
+    if (s.length % block_size_ != 0 && pages_->refcount(s.pages.back()) > 1) ++need;
+  }
+  if (need > pages_->free_count())
+    throw Error("KV cache full: this step needs " + std::to_string(need) + " more pages of " +
+                std::to_string(block_size_) + " tokens, " + std::to_string(pages_->free_count()) + " of " +
+                std::to_string(pages_->total()) + " are free (raise the context or KV pages)");
+  if (!has_kv_) return;
+  for (const BatchRun& r : runs) {
+    if (r.len == 0) continue;
+    Seq& s = seqs_[r.seq];
+    if (s.length % block_size_ != 0 && pages_->refcount(s.pages.back()) > 1) {
+      const int fresh = pages_->alloc();
+      pages_->copy(s.pages.back(), fresh);
+      pages_->unref(s.pages.back());
+      s.pages.back() = fresh;
+    }
+    const size_t pages_after = (static_cast<size_t>(s.length) + r.len + block_size_ - 1) / block_size_;
+    while (s.pages.size() < pages_after) s.pages.push_back(pages_->alloc());
+  }
+}
+
+void HybridCache::commit(std::span<const BatchRun> runs) {
+  for (const BatchRun& r : runs) seqs_[r.seq].length += r.len;
+}
+
+PagedKv HybridCache::kv(int seq, int layer) {
+  const int k = kv_index_.at(static_cast<size_t>(layer));
+  check(k >= 0, "layer " + std::to_string(layer) + " has no KV cache");
+  return pages_->view(k, block_size_, layers_[layer].kv, seqs_[seq].pages.data());
+}
+
+int HybridCache::total_pages() const { return pages_->total(); }
+int HybridCache::free_pages() const { return pages_->free_count(); }
+int HybridCache::page_refcount(int page) const { return pages_->refcount(page); }
+
+size_t HybridCache::kv_bytes_per_token() const {
+  size_t n = 0;
+  for (const LayerCacheSpec& l : layers_)
+    if (l.has_kv()) n += l.kv.bytes_per_token();
+  return n;
+}
+
+}  // namespace hybridlm

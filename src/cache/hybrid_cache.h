@@ -1,0 +1,144 @@
+// The hybrid cache (ARCHITECTURE.md section 4): per sequence, one state slot for every recurrent
+// layer (conv + SSM state, fixed size, never paged) and one block table of KV pages shared by all
+// attention layers (paged, refcounted, copy-on-write). It owns every sequence operation: add,
+// remove, reset, fork, reorder, snapshot / restore and crop. The runtime is its only writer; a
+// forward step calls prepare() (all-or-nothing page allocation) before it writes anything and
+// commit() after it succeeded.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "cache/state_pool.h"
+#include "kernels/kernels.h"
+
+namespace hybridlm {
+
+// What a layer keeps per sequence. Zamba2's hybrid layers are MambaAndAttention; LFM2's short
+// conv layers are Conv (a conv state and no SSM state).
+enum class LayerCacheKind { None, Attention, Mamba, MambaAndAttention, Conv };
+const char* layer_cache_kind_name(LayerCacheKind k);
+
+struct KvLayerSpec {
+  int n_kv_heads = 0, head_dim = 0;
+  // K and V of one token, f32.
+  size_t bytes_per_token() const { return 2 * static_cast<size_t>(n_kv_heads) * head_dim * sizeof(float); }
+};
+
+struct LayerCacheSpec {
+  LayerCacheKind kind = LayerCacheKind::None;
+  LayerStateSpec state;  // recurrent part (Mamba, MambaAndAttention, Conv)
+  KvLayerSpec kv;        // attention part (Attention, MambaAndAttention)
+  bool has_state() const { return state.bytes() > 0; }
+  bool has_kv() const { return kind == LayerCacheKind::Attention || kind == LayerCacheKind::MambaAndAttention; }
+};
+
+struct CacheOptions {
+  int max_sequences = 8;
+  int block_size = 16;  // tokens per KV page
+  // KV pages in the pool; 0 = enough for every sequence to reach `context` tokens.
+  int kv_pages = 0;
+  int context = 4096;
+};
+
+// One run of a varlen batch: `len` tokens continuing sequence `seq`.
+struct BatchRun {
+  int seq = 0;
+  int len = 0;
+};
+
+class KvPagePool;
+
+// A sequence's whole cache at one moment: its recurrent state (copied) and its KV pages (shared:
+// the pages are held by reference count and never written while shared). A value: keep it as
+// long as needed, restore it into any sequence of the same cache, drop it to free its pages.
+class Snapshot {
+ public:
+  Snapshot() = default;
+  Snapshot(Snapshot&&) noexcept;
+  Snapshot& operator=(Snapshot&&) noexcept;
+  Snapshot(const Snapshot&) = delete;
+  Snapshot& operator=(const Snapshot&) = delete;
+  ~Snapshot();
+  int length() const { return length_; }
+  bool empty() const { return pages_owner_ == nullptr; }
+
+ private:
+  friend class HybridCache;
+  void drop();
+  std::shared_ptr<KvPagePool> pages_owner_;
+  std::vector<float> state_;
+  std::vector<int32_t> pages_;
+  int length_ = 0;
+};
+
+class HybridCache {
+ public:
+  HybridCache(std::vector<LayerCacheSpec> layers, const CacheOptions& opt);
+  ~HybridCache();
+  HybridCache(const HybridCache&) = delete;
+  HybridCache& operator=(const HybridCache&) = delete;
+
+  // ---- sequence operations ----
+  int add();                 // a new empty sequence; Error when max_sequences are live
+  void remove(int seq);      // frees its slot and its pages
+  void reset(int seq);       // back to empty: state zeroed, pages released
+  int fork(int seq);         // a new sequence equal to seq (state copied, KV pages shared)
+  // Beam-search gather: afterwards seqs[i] holds what seqs[src[i]] held before (src indexes seqs).
+  void reorder(std::span<const int> seqs, std::span<const int> src);
+  Snapshot snapshot(int seq) const;
+  void restore(int seq, const Snapshot& snap);  // also forgets the snapshots kept for crop()
+  // Keeps a snapshot of seq at its current length, for crop() to return to.
+  void keep_snapshot(int seq);
+  // Back to the first n tokens. Attention pages are truncated; recurrent layers need a kept
+  // snapshot at exactly n tokens (Error naming the lengths kept otherwise). Kept snapshots past n
+  // are dropped.
+  void crop(int seq, int n);
+  int seq_length(int seq) const;  // tokens in the attention layers (a counter for pure SSMs)
+  bool is_live(int seq) const;
+  std::vector<int> kept_lengths(int seq) const;
+
+  // ---- forward-step interface ----
+  // Makes room for every run's tokens: allocates pages and un-shares a shared last page. Checks
+  // everything first and changes nothing when it throws (KV pool exhausted, dead sequence).
+  void prepare(std::span<const BatchRun> runs);
+  void commit(std::span<const BatchRun> runs);  // lengths += len
+  float* conv_state(int seq, int layer) { return states_.conv_state(seq, layer); }
+  float* ssm_state(int seq, int layer) { return states_.ssm_state(seq, layer); }
+  PagedKv kv(int seq, int layer);  // layer must have KV
+
+  // ---- accounting ----
+  const std::vector<LayerCacheSpec>& layers() const { return layers_; }
+  int max_sequences() const { return states_.capacity(); }
+  int live_sequences() const { return states_.in_use(); }
+  int block_size() const { return block_size_; }
+  int total_pages() const;
+  int free_pages() const;
+  int page_refcount(int page) const;
+  size_t state_bytes_per_sequence() const { return states_.bytes_per_slot(); }
+  size_t kv_bytes_per_token() const;
+  bool has_state() const { return has_state_; }
+  bool has_kv() const { return has_kv_; }
+
+ private:
+  struct Seq {
+    std::vector<int32_t> pages;
+    int length = 0;
+    std::vector<Snapshot> kept;
+  };
+  void check_live(int seq) const;
+  void release_pages(Seq& s);
+  std::vector<LayerCacheSpec> layers_;
+  std::vector<int> kv_index_;  // model layer -> index into the page pool's layers, or -1
+  int block_size_;
+  bool has_state_ = false, has_kv_ = false;
+  StatePool states_;
+  std::shared_ptr<KvPagePool> pages_;
+  std::vector<Seq> seqs_;  // indexed by seq id (= state slot)
+};
+
+}  // namespace hybridlm

@@ -1,0 +1,293 @@
+// The hybrid cache's sequence operations, checked on the values they move: every KV row and
+// every state float written here encodes (sequence history, position), so a wrong page, a missed
+// copy-on-write or a stale state shows up as a wrong number.
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "base/error.h"
+#include "cache/hybrid_cache.h"
+
+namespace hybridlm {
+namespace {
+
+// Layer 0: Mamba (conv 3x4 + 10 state floats); layer 1: attention (2 KV heads x 4); layer 2:
+// both (Zamba2-style); layer 3: attention (1 KV head x 8).
+std::vector<LayerCacheSpec> hybrid_layers() {
+  return {{LayerCacheKind::Mamba, {3, 4, 10}, {}},
+          {LayerCacheKind::Attention, {}, {2, 4}},
+          {LayerCacheKind::MambaAndAttention, {3, 4, 6}, {2, 4}},
+          {LayerCacheKind::Attention, {}, {1, 8}}};
+}
+std::vector<LayerCacheSpec> attention_layers() {
+  return {{LayerCacheKind::Attention, {}, {2, 4}}, {LayerCacheKind::Attention, {}, {1, 8}}};
+}
+
+// What a step of a model would do: token `tok` at position p writes K = tok * 1000 + p (+ small
+// per-element offsets) into every attention layer, and folds tok into every recurrent state.
+void append(HybridCache& c, int seq, const std::vector<int>& toks) {
+  const BatchRun run{seq, static_cast<int>(toks.size())};
+  c.prepare(std::span(&run, 1));
+  const int p0 = c.seq_length(seq);
+  for (size_t l = 0; l < c.layers().size(); ++l) {
+    const LayerCacheSpec& spec = c.layers()[l];
+    if (spec.has_kv()) {
+      PagedKv kv = c.kv(seq, static_cast<int>(l));
+      const int width = kv.n_kv_heads * kv.head_dim;
+      for (size_t i = 0; i < toks.size(); ++i)
+        for (int e = 0; e < width; ++e) {
+          kv.k_row(p0 + static_cast<int>(i))[e] = toks[i] * 1000.0f + (p0 + i) + e * 1e-3f;
+          kv.v_row(p0 + static_cast<int>(i))[e] = -(toks[i] * 1000.0f + (p0 + i));
+        }
+    }
+    if (spec.has_state())
+      for (int t : toks) {
+        float* s = c.ssm_state(seq, static_cast<int>(l));
+        for (size_t e = 0; e < spec.state.ssm_elems; ++e) s[e] = s[e] * 0.5f + t + e;
+        float* cs = c.conv_state(seq, static_cast<int>(l));
+        for (size_t e = 0; e < spec.state.conv_elems(); ++e) cs[e] = cs[e] * 0.25f + t;
+      }
+  }
+  c.commit(std::span(&run, 1));
+}
+
+// The full observable content of a sequence: KV rows of every layer for positions < length and
+// every state float.
+std::vector<float> contents(HybridCache& c, int seq) {
+  std::vector<float> out;
+  const int n = c.seq_length(seq);
+  out.push_back(static_cast<float>(n));
+  for (size_t l = 0; l < c.layers().size(); ++l) {
+    const LayerCacheSpec& spec = c.layers()[l];
+    if (spec.has_kv()) {
+      PagedKv kv = c.kv(seq, static_cast<int>(l));
+      for (int p = 0; p < n; ++p)
+        for (int e = 0; e < kv.n_kv_heads * kv.head_dim; ++e) {
+          out.push_back(kv.k_row(p)[e]);
+          out.push_back(kv.v_row(p)[e]);
+        }
+    }
+    if (spec.has_state()) {
+      const float* s = c.ssm_state(seq, static_cast<int>(l));
+      out.insert(out.end(), s, s + spec.state.ssm_elems);
+      const float* cs = c.conv_state(seq, static_cast<int>(l));
+      out.insert(out.end(), cs, cs + spec.state.conv_elems());
+    }
+  }
+  return out;
+}
+
+std::vector<int> range(int a, int b) {
+  std::vector<int> v;
+  for (int i = a; i < b; ++i) v.push_back(i);
+  return v;
+}
+
+CacheOptions opts(int seqs, int block, int pages) {
+  CacheOptions o;
+  o.max_sequences = seqs;
+  o.block_size = block;
+  o.kv_pages = pages;
+  return o;
+}
+
+TEST(HybridCache, SpecsReportBytes) {
+  HybridCache c(hybrid_layers(), opts(2, 4, 32));
+  EXPECT_EQ(c.kv_bytes_per_token(), (2 * 2 * 4 + 2 * 2 * 4 + 2 * 1 * 8) * sizeof(float));
+  EXPECT_GE(c.state_bytes_per_sequence(), (12 + 10 + 12 + 6) * sizeof(float));
+  EXPECT_TRUE(c.has_kv());
+  EXPECT_TRUE(c.has_state());
+  EXPECT_STREQ(layer_cache_kind_name(c.layers()[2].kind), "mamba+attention");
+}
+
+TEST(HybridCache, PagesAtEveryBlockOffsetHoldWhatWasWritten) {
+  for (int block : {1, 3, 4, 16}) {
+    SCOPED_TRACE("block " + std::to_string(block));
+    HybridCache c(hybrid_layers(), opts(2, block, 64));
+    const int a = c.add();
+    std::vector<int> all;
+    // Chunks of every length 1..7 cross block boundaries at every offset.
+    for (int len = 1; len <= 7; ++len) {
+      auto t = range(len * 10, len * 10 + len);
+      append(c, a, t);
+      all.insert(all.end(), t.begin(), t.end());
+    }
+    HybridCache fresh(hybrid_layers(), opts(2, block, 64));
+    const int b = fresh.add();
+    append(fresh, b, all);  // one chunk
+    EXPECT_EQ(contents(c, a), contents(fresh, b));
+    EXPECT_EQ(c.total_pages() - c.free_pages(), (static_cast<int>(all.size()) + block - 1) / block);
+  }
+}
+
+TEST(HybridCache, RemoveReturnsSlotAndPages) {
+  HybridCache c(hybrid_layers(), opts(3, 4, 20));
+  const int free0 = c.free_pages();
+  const int a = c.add(), b = c.add();
+  append(c, a, range(0, 9));
+  append(c, b, range(0, 5));
+  const int f = c.fork(a);
+  append(c, f, range(50, 53));
+  EXPECT_EQ(c.live_sequences(), 3);
+  EXPECT_THROW(c.add(), Error);
+  c.remove(a);
+  c.remove(f);
+  c.remove(b);
+  EXPECT_EQ(c.live_sequences(), 0);
+  EXPECT_EQ(c.free_pages(), free0);
+  EXPECT_THROW(c.seq_length(a), Error);
+  EXPECT_THROW(c.remove(a), Error);
+  // A reused slot starts empty and zeroed.
+  const int d = c.add();
+  EXPECT_EQ(c.seq_length(d), 0);
+  EXPECT_EQ(c.ssm_state(d, 0)[3], 0.0f);
+}
+
+TEST(HybridCache, ForkSharesPagesCopyOnWriteAndContinuesIndependently) {
+  HybridCache c(hybrid_layers(), opts(4, 4, 64));
+  const int a = c.add();
+  append(c, a, range(1, 7));  // 6 tokens: page 2 half full
+  const int used_before = c.total_pages() - c.free_pages();
+  const int f = c.fork(a);
+  EXPECT_EQ(c.total_pages() - c.free_pages(), used_before) << "fork shares pages";
+  EXPECT_EQ(contents(c, a), contents(c, f));
+  append(c, f, {100, 101, 102});
+  append(c, a, {200});
+  // Two independent runs of the same histories.
+  HybridCache ref(hybrid_layers(), opts(4, 4, 64));
+  const int r1 = ref.add(), r2 = ref.add();
+  append(ref, r1, {1, 2, 3, 4, 5, 6, 100, 101, 102});
+  append(ref, r2, {1, 2, 3, 4, 5, 6, 200});
+  EXPECT_EQ(contents(c, f), contents(ref, r1));
+  EXPECT_EQ(contents(c, a), contents(ref, r2)) << "the parent must be intact after the child wrote";
+  c.remove(f);
+  EXPECT_EQ(contents(c, a), contents(ref, r2));
+}
+
+TEST(HybridCache, SnapshotRestoreReturnsToTheSameStateAndSurvivesReuse) {
+  HybridCache c(hybrid_layers(), opts(2, 4, 64));
+  const int a = c.add();
+  append(c, a, range(1, 6));
+  const std::vector<float> at5 = contents(c, a);
+  Snapshot s = c.snapshot(a);
+  EXPECT_EQ(s.length(), 5);
+  append(c, a, {7, 8, 9, 10});
+  const std::vector<float> at9 = contents(c, a);
+  c.restore(a, s);
+  EXPECT_EQ(contents(c, a), at5);
+  append(c, a, {7, 8, 9, 10});
+  EXPECT_EQ(contents(c, a), at9) << "decode after restore repeats the original continuation";
+  c.restore(a, s);  // a snapshot can be restored many times, into another sequence too
+  const int b = c.add();
+  c.restore(b, s);
+  EXPECT_EQ(contents(c, b), at5);
+  const int free_with_snapshot = c.free_pages();
+  c.remove(a);
+  c.remove(b);
+  s = Snapshot{};
+  EXPECT_GT(c.free_pages(), free_with_snapshot);
+  EXPECT_EQ(c.free_pages(), c.total_pages()) << "dropping the last snapshot frees its pages";
+}
+
+TEST(HybridCache, CropNeedsAKeptSnapshotForRecurrentLayers) {
+  HybridCache c(hybrid_layers(), opts(2, 4, 64));
+  const int a = c.add();
+  append(c, a, range(1, 6));
+  c.keep_snapshot(a);
+  const auto at5 = contents(c, a);
+  append(c, a, {6, 7, 8});
+  c.keep_snapshot(a);
+  append(c, a, {9});
+  EXPECT_EQ(c.kept_lengths(a), (std::vector<int>{5, 8}));
+  try {
+    c.crop(a, 7);
+    FAIL() << "crop to an unkept length must fail";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("kept: 5, 8"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(c.seq_length(a), 9) << "a refused crop changes nothing";
+  c.crop(a, 5);
+  EXPECT_EQ(contents(c, a), at5);
+  EXPECT_EQ(c.kept_lengths(a), (std::vector<int>{5})) << "snapshots past the crop are dropped";
+  append(c, a, {6, 7, 8, 9});
+  HybridCache ref(hybrid_layers(), opts(2, 4, 64));
+  const int r = ref.add();
+  append(ref, r, range(1, 10));
+  EXPECT_EQ(contents(c, a), contents(ref, r)) << "re-decoding after crop repeats the original";
+  EXPECT_THROW(c.crop(a, 10), Error);
+  EXPECT_THROW(c.crop(a, -1), Error);
+}
+
+TEST(HybridCache, CropOfAttentionOnlyTruncatesPages) {
+  HybridCache c(attention_layers(), opts(2, 4, 16));
+  const int a = c.add();
+  append(c, a, range(1, 12));
+  const int f = c.fork(a);
+  c.crop(a, 5);
+  EXPECT_EQ(c.seq_length(a), 5);
+  EXPECT_EQ(c.total_pages() - c.free_pages(), 3) << "the fork still holds all three pages";
+  append(c, a, {60, 70});  // writes into page 1, shared with the fork: copied first
+  HybridCache ref(attention_layers(), opts(2, 4, 16));
+  const int r = ref.add(), r2 = ref.add();
+  append(ref, r, {1, 2, 3, 4, 5, 60, 70});
+  append(ref, r2, range(1, 12));
+  EXPECT_EQ(contents(c, a), contents(ref, r));
+  EXPECT_EQ(contents(c, f), contents(ref, r2));
+  c.crop(f, 0);
+  EXPECT_EQ(c.seq_length(f), 0);
+}
+
+TEST(HybridCache, ReorderIsAGatherOverStatesAndPages) {
+  HybridCache c(hybrid_layers(), opts(4, 4, 64));
+  const int s0 = c.add(), s1 = c.add(), s2 = c.add();
+  append(c, s0, {1, 2, 3});
+  append(c, s1, {4, 5, 6, 7, 8});
+  append(c, s2, {9});
+  const auto c0 = contents(c, s0), c1 = contents(c, s1), c2 = contents(c, s2);
+  const std::vector<int> seqs{s0, s1, s2}, src{1, 1, 0};
+  c.reorder(seqs, src);
+  EXPECT_EQ(contents(c, s0), c1);
+  EXPECT_EQ(contents(c, s1), c1);
+  EXPECT_EQ(contents(c, s2), c0);
+  // The beams continue independently.
+  append(c, s0, {10});
+  append(c, s1, {11});
+  HybridCache ref(hybrid_layers(), opts(4, 4, 64));
+  const int r = ref.add();
+  append(ref, r, {4, 5, 6, 7, 8, 11});
+  EXPECT_EQ(contents(c, s1), contents(ref, r));
+  const std::vector<int> bad{5};
+  EXPECT_THROW(c.reorder(seqs, bad), Error);
+  (void)c2;
+}
+
+TEST(HybridCache, PrepareIsAllOrNothingWhenThePoolIsFull) {
+  HybridCache c(attention_layers(), opts(2, 4, 3));
+  const int a = c.add(), b = c.add();
+  append(c, a, range(0, 6));  // 2 pages
+  const auto before = contents(c, a);
+  const BatchRun runs[] = {{a, 1}, {b, 5}};  // a fits in its page; b needs 2, only 1 free
+  try {
+    c.prepare(runs);
+    FAIL() << "expected KV cache full";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("KV cache full"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(c.free_pages(), 1);
+  EXPECT_EQ(contents(c, a), before);
+  const BatchRun dead[] = {{a, 1}, {7, 1}};
+  EXPECT_THROW(c.prepare(dead), Error);
+  EXPECT_EQ(c.free_pages(), 1);
+}
+
+TEST(HybridCache, PureSsmCountsTokensWithoutPages) {
+  HybridCache c({{LayerCacheKind::Mamba, {3, 4, 10}, {}}}, opts(2, 16, 0));
+  const int a = c.add();
+  append(c, a, range(0, 40));
+  EXPECT_EQ(c.seq_length(a), 40);
+  EXPECT_EQ(c.total_pages(), 0);
+  EXPECT_FALSE(c.has_kv());
+}
+
+}  // namespace
+}  // namespace hybridlm
