@@ -16,9 +16,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           const Mamba2Spec& m = b.m2;
           if (m.n_heads * m.head_dim != m.d_inner || m.n_heads % m.n_groups != 0) std::abort();
           if (m.conv_dim() <= 0 || m.in_proj_dim() <= 0 || !(m.dt_min <= m.dt_max)) std::abort();
-        } else if (b.m1.d_inner <= 0 || b.m1.dt_rank <= 0 || b.m1.d_conv <= 0) {
-          std::abort();
+        } else if (b.mixer == MixerKind::Mamba1) {
+          if (b.m1.d_inner <= 0 || b.m1.dt_rank <= 0 || b.m1.d_conv <= 0) std::abort();
+        } else if (b.mixer == MixerKind::Attention) {
+          const AttentionSpec& a = b.attn;
+          if (a.n_heads <= 0 || a.n_kv_heads <= 0 || a.n_heads % a.n_kv_heads != 0 || a.head_dim <= 0) std::abort();
+          if (a.rope_dim < 0 || a.rope_dim > a.head_dim || a.rope_dim % 2 != 0) std::abort();
+        } else if (b.ffn.kind == FfnKind::None) {
+          std::abort();  // a block with neither mixer nor feed-forward
         }
+        if (b.ffn.kind != FfnKind::None && b.ffn.d_ff <= 0) std::abort();
+        if (b.ffn.kind == FfnKind::Moe && (b.ffn.top_k <= 0 || b.ffn.top_k > b.ffn.n_experts)) std::abort();
       }
       (void)c.layer_pattern();
     } catch (const Error&) {

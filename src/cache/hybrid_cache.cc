@@ -268,12 +268,7 @@ void HybridCache::prepare(std::span<const BatchRun> runs) {
   for (const BatchRun& r : runs) {
     check_live(r.seq);
     check(r.len >= 0, "batch run of " + std::to_string(r.len) + " tokens");
-    if (!has_kv_ || r.len == 0) continue;
-    const Seq& s = seqs_[r.seq];
-    const int64_t pages_after = (static_cast<int64_t>(s.length) + r.len + block_size_ - 1) / block_size_;
-    need += pages_after - static_cast<int64_t>(s.pages.size());
-    // The page that receives the next token is written: a shared one is copied first.
-    if (s.length % block_size_ != 0 && pages_->refcount(s.pages.back()) > 1) ++need;
+    need += pages_needed(r.seq, r.len);
   }
   if (need > pages_->free_count())
     throw Error("KV cache full: this step needs " + std::to_string(need) + " more pages of " +
@@ -292,6 +287,17 @@ void HybridCache::prepare(std::span<const BatchRun> runs) {
     const size_t pages_after = (static_cast<size_t>(s.length) + r.len + block_size_ - 1) / block_size_;
     while (s.pages.size() < pages_after) s.pages.push_back(pages_->alloc());
   }
+}
+
+int64_t HybridCache::pages_needed(int seq, int64_t more) const {
+  check_live(seq);
+  if (!has_kv_ || more <= 0) return 0;
+  const Seq& s = seqs_[seq];
+  const int64_t pages_after = (static_cast<int64_t>(s.length) + more + block_size_ - 1) / block_size_;
+  int64_t need = pages_after - static_cast<int64_t>(s.pages.size());
+  // The page that receives the next token is written: a shared one is copied first.
+  if (s.length % block_size_ != 0 && pages_->refcount(s.pages.back()) > 1) ++need;
+  return need;
 }
 
 void HybridCache::commit(std::span<const BatchRun> runs) {

@@ -66,6 +66,7 @@ class Snapshot {
   ~Snapshot();
   int length() const { return length_; }
   bool empty() const { return pages_owner_ == nullptr; }
+  const std::vector<float>& state() const { return state_; }  // the slot's floats (all layers)
 
  private:
   friend class HybridCache;
@@ -107,6 +108,8 @@ class HybridCache {
   // everything first and changes nothing when it throws (KV pool exhausted, dead sequence).
   void prepare(std::span<const BatchRun> runs);
   void commit(std::span<const BatchRun> runs);  // lengths += len
+  // Free pages that `more` further tokens of seq would take (including un-sharing its last page).
+  int64_t pages_needed(int seq, int64_t more) const;
   float* conv_state(int seq, int layer) { return states_.conv_state(seq, layer); }
   float* ssm_state(int seq, int layer) { return states_.ssm_state(seq, layer); }
   PagedKv kv(int seq, int layer);  // layer must have KV

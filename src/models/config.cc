@@ -14,20 +14,33 @@ namespace hybridlm {
 
 const char* mixer_kind_name(MixerKind k) {
   switch (k) {
+    case MixerKind::None: return "none";
     case MixerKind::Mamba1: return "mamba1";
     case MixerKind::Mamba2: return "mamba2";
+    case MixerKind::Attention: return "attention";
   }
   return "?";
 }
 
+float AttentionSpec::softmax_scale() const {
+  return scale > 0 ? scale : 1.0f / std::sqrt(static_cast<float>(head_dim));
+}
+
+static std::string block_label(const BlockSpec& b) {
+  std::string s = b.mixer == MixerKind::None ? "" : mixer_kind_name(b.mixer);
+  if (b.ffn.kind != FfnKind::None) s += std::string(s.empty() ? "" : "+") + (b.ffn.kind == FfnKind::Moe ? "moe" : "mlp");
+  return s;
+}
+
 std::string HybridConfig::layer_pattern() const {
-  // Run-length form: "mamba2 x24", or "mamba1 x2, mamba2 x1".
+  // Run-length form: "mamba2 x24", or "mamba1 x2, attention+mlp x1".
   std::ostringstream os;
   for (size_t i = 0; i < blocks.size();) {
+    const std::string label = block_label(blocks[i]);
     size_t j = i;
-    while (j < blocks.size() && blocks[j].mixer == blocks[i].mixer) ++j;
+    while (j < blocks.size() && block_label(blocks[j]) == label) ++j;
     if (i) os << ", ";
-    os << mixer_kind_name(blocks[i].mixer) << " x" << (j - i);
+    os << label << " x" << (j - i);
     i = j;
   }
   return os.str();

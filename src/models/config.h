@@ -11,10 +11,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include "kernels/kernels.h"
+
 namespace hybridlm {
 
-enum class MixerKind { Mamba1, Mamba2 };
-const char* mixer_kind_name(MixerKind k);  // "mamba1", "mamba2"
+// A block's sequence mixer. None: a block that is only a feed-forward (Nemotron-H's MLP layers).
+enum class MixerKind { None, Mamba1, Mamba2, Attention };
+const char* mixer_kind_name(MixerKind k);  // "none", "mamba1", "mamba2", "attention"
 
 // How Mamba-2's gated RMSNorm groups channels. Grouped (per d_inner / n_groups channels) is the
 // original mamba_ssm semantics the checkpoints were trained with, and llama.cpp's; Hugging Face's
@@ -24,8 +27,10 @@ enum class NormGrouping { Grouped, Full };
 struct Mamba1Spec {
   int d_inner = 0, d_state = 0, d_conv = 0, dt_rank = 0;
   bool proj_bias = false, conv_bias = true;
-  // FalconMamba: weightless RMS norms on dt, B and C after x_proj.
+  // FalconMamba: weightless RMS norms on dt, B and C after x_proj; Jamba: the same norms with
+  // weights (dt_layernorm, b_layernorm, c_layernorm).
   bool dt_bc_rms = false;
+  bool dt_bc_rms_weights = false;
   float dt_bc_rms_eps = 1e-6f;
 };
 
@@ -40,10 +45,51 @@ struct Mamba2Spec {
   int in_proj_dim() const { return 2 * d_inner + 2 * n_groups * d_state + n_heads; }
 };
 
+// Causal self-attention with grouped KV heads.
+struct AttentionSpec {
+  int n_heads = 0, n_kv_heads = 0, head_dim = 0;
+  int rope_dim = 0;  // rotated dims at the start of each head; 0 = no positional encoding
+  float rope_theta = 10000.0f;
+  float scale = 0.0f;  // softmax scale; 0 = 1 / sqrt(head_dim)
+  bool qkv_bias = false, o_bias = false;
+  bool qk_norm = false;  // RMSNorm over head_dim on q and k (weights q_norm, k_norm)
+  float qk_norm_eps = 1e-6f;
+  std::string o_name = "o_proj", q_norm_name = "q_norm", k_norm_name = "k_norm";
+  float softmax_scale() const;
+};
+
+// The feed-forward of a block: a (gated) MLP, or a mixture of such experts.
+enum class FfnKind { None, Mlp, Moe };
+struct FfnSpec {
+  FfnKind kind = FfnKind::None;
+  int d_ff = 0;           // hidden width (per expert for MoE)
+  Activation act = Activation::Silu;
+  bool gated = true;      // down(act(gate(x)) * up(x)); false: down(act(up(x)))
+  bool bias = false;
+  std::string gate = "gate_proj", up = "up_proj", down = "down_proj";
+  // MoE: softmax router over n_experts, top_k experts per token; experts live under
+  // "<ffn>experts.<e>." and the router is "<ffn><router>.weight".
+  int n_experts = 0, top_k = 0;
+  bool renormalize = false;  // weights of the top_k renormalised to sum to 1
+  std::string router = "router";
+};
+
+// Where a block's tensors live in the checkpoint (full prefixes, ending in '.').
+struct BlockNames {
+  std::string mixer_norm;  // RMSNorm weight before the mixer (full tensor name)
+  std::string mixer;       // prefix of the mixer's tensors
+  std::string ffn_norm;    // RMSNorm weight before the feed-forward (full tensor name)
+  std::string ffn;         // prefix of the feed-forward's tensors
+};
+
+// One layer: h += mixer(norm(h)); then, with a feed-forward, h += ffn(norm(h)).
 struct BlockSpec {
   MixerKind mixer = MixerKind::Mamba1;
   Mamba1Spec m1;
   Mamba2Spec m2;
+  AttentionSpec attn;
+  FfnSpec ffn;
+  BlockNames names;
 };
 
 struct HybridConfig {
@@ -55,9 +101,11 @@ struct HybridConfig {
   bool tie_embeddings = true;
   std::optional<int32_t> bos_token_id, eos_token_id, pad_token_id;
   std::vector<BlockSpec> blocks;
+  // Global tensor names (the family's layout).
+  std::string embedding_name, final_norm_name, lm_head_name = "lm_head.weight";
 
   int n_layers() const { return static_cast<int>(blocks.size()); }
-  // e.g. "m1 x24" or "m2 m2 m2"
+  // e.g. "mamba1 x24" or "mamba2 x2, attention x1"; a feed-forward shows as "+mlp" / "+moe"
   std::string layer_pattern() const;
 };
 

@@ -16,37 +16,53 @@ Model Model::load(const std::filesystem::path& dir, const LoadOptions& opt) {
   const HybridConfig& c = m.cfg_;
   const int64_t H = c.d_model, V = c.vocab_size;
   // Hub files of some Mamba checkpoints say `embedding`, transformers says `embeddings`.
-  const std::string emb = r.has("backbone.embeddings.weight") || !r.has("backbone.embedding.weight")
-                              ? "backbone.embeddings.weight"
-                              : "backbone.embedding.weight";
+  std::string emb = c.embedding_name;
+  if (emb == "backbone.embeddings.weight" && !r.has(emb) && r.has("backbone.embedding.weight"))
+    emb = "backbone.embedding.weight";
   m.embedding_ = r.matrix(emb, {V, H});
   for (int i = 0; i < c.n_layers(); ++i) {
-    const std::string p = "backbone.layers." + std::to_string(i) + ".";
-    LayerWeights lw;
-    lw.norm = r.vector(p + "norm.weight", {H});
     const BlockSpec& b = c.blocks[i];
+    const BlockNames& n = b.names;
+    LayerWeights lw;
+    if (b.mixer != MixerKind::None) lw.norm = r.vector(n.mixer_norm, {H});
     switch (b.mixer) {
-      case MixerKind::Mamba1: lw.m1 = load_mamba1(r, p + "mixer.", b.m1, c.d_model); break;
-      case MixerKind::Mamba2: lw.m2 = load_mamba2(r, p + "mixer.", b.m2, c.d_model); break;
+      case MixerKind::None: break;
+      case MixerKind::Mamba1: lw.m1 = load_mamba1(r, n.mixer, b.m1, c.d_model); break;
+      case MixerKind::Mamba2: lw.m2 = load_mamba2(r, n.mixer, b.m2, c.d_model); break;
+      case MixerKind::Attention: lw.attn = load_attention(r, n.mixer, b.attn, c.d_model); break;
+    }
+    if (b.ffn.kind != FfnKind::None) {
+      lw.ffn_norm = r.vector(n.ffn_norm, {H});
+      lw.ffn = load_ffn(r, n.ffn, b.ffn, c.d_model);
     }
     m.layers_.push_back(std::move(lw));
   }
-  m.norm_f_ = r.vector("backbone.norm_f.weight", {H});
-  if (!c.tie_embeddings) m.lm_head_ = r.matrix("lm_head.weight", {V, H});
+  m.norm_f_ = r.vector(c.final_norm_name, {H});
+  if (!c.tie_embeddings) m.lm_head_ = r.matrix(c.lm_head_name, {V, H});
   m.params_ = r.params_read();
   m.mapped_bytes_ = r.bytes_mapped();
   if (m.mapped_bytes_ > 0) m.checkpoint_ = std::move(ckpt);
   return m;
 }
 
-std::vector<LayerStateSpec> Model::state_specs() const { return hybridlm::state_specs(cfg_); }
+std::vector<LayerCacheSpec> Model::cache_specs() const { return hybridlm::cache_specs(cfg_); }
+
+static size_t mlp_bytes(const MlpWeights& w) {
+  return w.gate.bytes() + w.up.bytes() + w.down.bytes() +
+         (w.gate_bias.size() + w.up_bias.size() + w.down_bias.size()) * 4;
+}
 
 size_t Model::weight_bytes() const {
   size_t n = embedding_.bytes() + lm_head_.bytes() + norm_f_.size() * 4;
   for (const LayerWeights& l : layers_) {
-    n += l.norm.size() * 4;
-    for (const Matrix* m : {&l.m1.in_proj, &l.m1.x_proj, &l.m1.dt_proj, &l.m1.out_proj, &l.m2.in_proj, &l.m2.out_proj})
+    n += (l.norm.size() + l.ffn_norm.size()) * 4;
+    for (const Matrix* m : {&l.m1.in_proj, &l.m1.x_proj, &l.m1.dt_proj, &l.m1.out_proj, &l.m2.in_proj, &l.m2.out_proj,
+                            &l.attn.q_proj, &l.attn.k_proj, &l.attn.v_proj, &l.attn.o_proj, &l.ffn.router})
       n += m->bytes();
+    for (const auto* v : {&l.attn.q_bias, &l.attn.k_bias, &l.attn.v_bias, &l.attn.o_bias, &l.attn.q_norm, &l.attn.k_norm})
+      n += v->size() * 4;
+    n += mlp_bytes(l.ffn.mlp);
+    for (const MlpWeights& e : l.ffn.experts) n += mlp_bytes(e);
     for (const auto* v : {&l.m1.in_proj_bias, &l.m1.out_proj_bias, &l.m1.conv_w, &l.m1.conv_b, &l.m1.dt_bias,
                           &l.m1.A, &l.m1.D, &l.m2.in_proj_bias, &l.m2.out_proj_bias, &l.m2.conv_w, &l.m2.conv_b,
                           &l.m2.dt_bias, &l.m2.A, &l.m2.D, &l.m2.norm_w})
@@ -63,47 +79,69 @@ void Model::check_tokens(std::span<const int32_t> tokens) const {
 }
 
 void Model::forward(const KernelContext& ctx, std::span<const int32_t> tokens, std::span<const BatchRun> runs,
-                    StatePool& pool, std::span<const int> logit_rows, float* logits, ForwardScratch& sc) const {
+                    HybridCache& cache, std::span<const int> logit_rows, float* logits, ForwardScratch& sc) const {
   const int T = static_cast<int>(tokens.size());
   const int H = cfg_.d_model;
   // Validate first: nothing below may fail once state starts changing.
   size_t total = 0;
   for (const BatchRun& r : runs) {
     check(r.len > 0, "batch run of " + std::to_string(r.len) + " tokens");
-    check(pool.is_live(r.slot), "batch run names state slot " + std::to_string(r.slot) + ", which is not in use");
+    check(cache.is_live(r.seq), "batch run names sequence " + std::to_string(r.seq) + ", which is not in the cache");
     total += static_cast<size_t>(r.len);
   }
   check(total == tokens.size(), "batch runs cover " + std::to_string(total) + " tokens, batch has " +
                                     std::to_string(tokens.size()));
   for (size_t i = 0; i < runs.size(); ++i)
     for (size_t j = i + 1; j < runs.size(); ++j)
-      check(runs[i].slot != runs[j].slot, "two runs of one batch continue the same sequence slot " +
-                                              std::to_string(runs[i].slot));
+      check(runs[i].seq != runs[j].seq, "two runs of one batch continue the same sequence " +
+                                            std::to_string(runs[i].seq));
   check_tokens(tokens);
   for (int row : logit_rows) check(row >= 0 && row < T, "logit row " + std::to_string(row) + " out of range");
   if (T == 0) return;
+  cache.prepare(runs);  // KV pages for the new tokens; throws (changing nothing) when full
 
   sc.h.resize(static_cast<size_t>(T) * H);
   sc.xn.resize(static_cast<size_t>(T) * H);
   sc.mix.resize(static_cast<size_t>(T) * H);
   // h: (T, H) = embedding[tokens]; the residual stream stays f32 (residual_in_fp32).
   cpu::embedding(embedding_.view(), tokens.data(), T, sc.h.data());
+  const std::vector<LayerCacheSpec>& kinds = cache.layers();
   for (int l = 0; l < cfg_.n_layers(); ++l) {
     const BlockSpec& b = cfg_.blocks[l];
+    const LayerWeights& w = layers_[l];
     sc.runs.clear();
     int start = 0;
     for (const BatchRun& r : runs) {
-      sc.runs.push_back({start, r.len, pool.conv_state(r.slot, l), pool.ssm_state(r.slot, l)});
+      SeqRun s{start, r.len, cache.seq_length(r.seq)};
+      if (kinds[l].has_state()) {
+        s.conv_state = cache.conv_state(r.seq, l);
+        s.ssm_state = cache.ssm_state(r.seq, l);
+      }
+      if (kinds[l].has_kv()) s.kv = cache.kv(r.seq, l);
+      sc.runs.push_back(s);
       start += r.len;
     }
-    // xn = rmsnorm(h) * norm_w; h += mixer(xn)
-    cpu::rmsnorm(ctx, sc.h.data(), layers_[l].norm.data(), T, H, cfg_.norm_eps, sc.xn.data());
-    if (b.mixer == MixerKind::Mamba1)
-      mamba1_forward(ctx, b.m1, layers_[l].m1, sc.xn.data(), T, sc.runs, sc.m1, sc.mix.data());
-    else
-      mamba2_forward(ctx, b.m2, layers_[l].m2, sc.xn.data(), T, sc.runs, sc.m2, sc.mix.data());
-    for (size_t i = 0; i < sc.h.size(); ++i) sc.h[i] += sc.mix[i];
+    if (b.mixer != MixerKind::None) {
+      // xn = rmsnorm(h) * norm_w; h += mixer(xn)
+      cpu::rmsnorm(ctx, sc.h.data(), w.norm.data(), T, H, cfg_.norm_eps, sc.xn.data());
+      switch (b.mixer) {
+        case MixerKind::None: break;
+        case MixerKind::Mamba1: mamba1_forward(ctx, b.m1, w.m1, sc.xn.data(), T, sc.runs, sc.m1, sc.mix.data()); break;
+        case MixerKind::Mamba2: mamba2_forward(ctx, b.m2, w.m2, sc.xn.data(), T, sc.runs, sc.m2, sc.mix.data()); break;
+        case MixerKind::Attention:
+          attention_forward(ctx, b.attn, w.attn, sc.xn.data(), T, sc.runs, sc.attn, sc.mix.data());
+          break;
+      }
+      for (size_t i = 0; i < sc.h.size(); ++i) sc.h[i] += sc.mix[i];
+    }
+    if (b.ffn.kind != FfnKind::None) {
+      // h += ffn(rmsnorm(h) * ffn_norm_w)
+      cpu::rmsnorm(ctx, sc.h.data(), w.ffn_norm.data(), T, H, cfg_.norm_eps, sc.xn.data());
+      ffn_forward(ctx, b.ffn, w.ffn, sc.xn.data(), T, sc.ffn, sc.mix.data());
+      for (size_t i = 0; i < sc.h.size(); ++i) sc.h[i] += sc.mix[i];
+    }
   }
+  cache.commit(runs);
   // logits: (rows, V) = rmsnorm(h[rows]) @ lm_head^T (or the tied embedding table)
   const int R = static_cast<int>(logit_rows.size());
   if (R == 0) return;

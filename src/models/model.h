@@ -1,6 +1,6 @@
 // A loaded model: config + weights, and the forward pass over a varlen batch
 // (ARCHITECTURE.md section 5). The model never owns sequence state: it reads and writes the
-// slots of a StatePool that the runtime hands it.
+// HybridCache that the runtime hands it.
 #pragma once
 
 #include <filesystem>
@@ -8,7 +8,9 @@
 #include <span>
 #include <vector>
 
-#include "cache/state_pool.h"
+#include "cache/hybrid_cache.h"
+#include "models/blocks/attention.h"
+#include "models/blocks/ffn.h"
 #include "models/blocks/mamba1.h"
 #include "models/blocks/mamba2.h"
 #include "models/config.h"
@@ -24,16 +26,13 @@ struct LoadOptions {
   bool use_mmap = true;
 };
 
-// One run of a varlen batch: `len` tokens continuing the sequence held in state slot `slot`.
-struct BatchRun {
-  int slot = 0;
-  int len = 0;
-};
-
 struct LayerWeights {
-  std::vector<float> norm;  // (H) pre-mixer RMSNorm
+  std::vector<float> norm;      // (H) pre-mixer RMSNorm
+  std::vector<float> ffn_norm;  // (H) pre-feed-forward RMSNorm
   Mamba1Weights m1;
   Mamba2Weights m2;
+  AttentionWeights attn;
+  FfnWeights ffn;
 };
 
 // Per-forward scratch, grown to the high-water mark and then reused (no allocation once warm).
@@ -41,6 +40,8 @@ struct ForwardScratch {
   std::vector<float> h, xn, mix, rows;
   Mamba1Scratch m1;
   Mamba2Scratch m2;
+  AttentionScratch attn;
+  FfnScratch ffn;
   std::vector<SeqRun> runs;
 };
 
@@ -49,7 +50,7 @@ class Model {
   static Model load(const std::filesystem::path& dir, const LoadOptions& opt = {});
 
   const HybridConfig& config() const { return cfg_; }
-  std::vector<LayerStateSpec> state_specs() const;
+  std::vector<LayerCacheSpec> cache_specs() const;
   size_t param_count() const { return params_; }
   size_t weight_bytes() const;
   size_t mapped_bytes() const { return mapped_bytes_; }
@@ -59,10 +60,11 @@ class Model {
 
   // tokens: the runs' tokens concatenated, in run order. logit_rows: rows (indices into tokens)
   // whose logits are wanted, ascending or not; logits: (logit_rows.size(), vocab).
-  // Validates everything before touching any state: a bad token id or slot throws Error and
-  // leaves every slot as it was.
+  // Validates everything before touching the cache: a bad token id, a dead sequence or a full KV
+  // cache throws Error and leaves every sequence as it was. On success each run's sequence has
+  // grown by its tokens.
   void forward(const KernelContext& ctx, std::span<const int32_t> tokens, std::span<const BatchRun> runs,
-               StatePool& pool, std::span<const int> logit_rows, float* logits, ForwardScratch& scratch) const;
+               HybridCache& cache, std::span<const int> logit_rows, float* logits, ForwardScratch& scratch) const;
 
  private:
   HybridConfig cfg_;

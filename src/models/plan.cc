@@ -5,10 +5,18 @@
 
 namespace hybridlm {
 
-std::vector<LayerStateSpec> state_specs(const HybridConfig& c) {
-  std::vector<LayerStateSpec> specs;
-  for (const BlockSpec& b : c.blocks)
-    specs.push_back(b.mixer == MixerKind::Mamba1 ? mamba1_state_spec(b.m1) : mamba2_state_spec(b.m2));
+std::vector<LayerCacheSpec> cache_specs(const HybridConfig& c) {
+  std::vector<LayerCacheSpec> specs;
+  for (const BlockSpec& b : c.blocks) {
+    LayerCacheSpec s;
+    switch (b.mixer) {
+      case MixerKind::None: break;
+      case MixerKind::Mamba1: s = {LayerCacheKind::Mamba, mamba1_state_spec(b.m1), {}}; break;
+      case MixerKind::Mamba2: s = {LayerCacheKind::Mamba, mamba2_state_spec(b.m2), {}}; break;
+      case MixerKind::Attention: s = {LayerCacheKind::Attention, {}, {b.attn.n_kv_heads, b.attn.head_dim}}; break;
+    }
+    specs.push_back(s);
+  }
   return specs;
 }
 
@@ -25,14 +33,31 @@ Counts count(const HybridConfig& c) {
   if (!c.tie_embeddings) n.matrices += V * H;  // lm_head
   n.vectors += H;                   // norm_f
   for (const BlockSpec& b : c.blocks) {
-    n.vectors += H;  // pre-mixer norm
-    if (b.mixer == MixerKind::Mamba1) {
+    if (b.mixer != MixerKind::None) n.vectors += H;  // pre-mixer norm
+    if (b.ffn.kind != FfnKind::None) {
+      const FfnSpec& f = b.ffn;
+      const size_t F = f.d_ff, per = (f.gated ? 3 : 2) * F * H;
+      const size_t per_bias = f.bias ? (f.gated ? 2 * F : F) + H : 0;
+      const size_t experts = f.kind == FfnKind::Moe ? f.n_experts : 1;
+      n.vectors += H;  // pre-ffn norm
+      n.matrices += experts * per + (f.kind == FfnKind::Moe ? f.n_experts * H : 0);
+      n.vectors += experts * per_bias;
+    }
+    if (b.mixer == MixerKind::Attention) {
+      const AttentionSpec& a = b.attn;
+      const size_t q = static_cast<size_t>(a.n_heads) * a.head_dim, kv = static_cast<size_t>(a.n_kv_heads) * a.head_dim;
+      n.matrices += 2 * q * H + 2 * kv * H;
+      if (a.qkv_bias) n.vectors += q + 2 * kv;
+      if (a.o_bias) n.vectors += H;
+      if (a.qk_norm) n.vectors += 2 * static_cast<size_t>(a.head_dim);
+    } else if (b.mixer == MixerKind::Mamba1) {
       const Mamba1Spec& m = b.m1;
       const size_t I = m.d_inner, N = m.d_state, R = m.dt_rank, K = m.d_conv;
       n.matrices += 2 * I * H + (R + 2 * N) * I + I * R + H * I;  // in, x, dt, out projections
       n.vectors += I * K + (m.conv_bias ? I : 0) + I + I * N + I;  // conv, dt bias, A_log, D
       if (m.proj_bias) n.vectors += 2 * I + H;
-    } else {
+      if (m.dt_bc_rms_weights) n.vectors += R + 2 * N;
+    } else if (b.mixer == MixerKind::Mamba2) {
       const Mamba2Spec& m = b.m2;
       const size_t I = m.d_inner, nh = m.n_heads, K = m.d_conv, cd = m.conv_dim(), W = m.in_proj_dim();
       n.matrices += W * H + H * I;                                       // in, out projections
@@ -51,6 +76,11 @@ size_t param_count(const HybridConfig& c) {
 
 size_t matrix_param_count(const HybridConfig& c) { return count(c).matrices; }
 
-size_t kv_bytes_per_token(const HybridConfig&, size_t) { return 0; }  // no attention mixers yet
+size_t kv_bytes_per_token(const HybridConfig& c, size_t kv_dtype_bytes) {
+  size_t n = 0;
+  for (const BlockSpec& b : c.blocks)
+    if (b.mixer == MixerKind::Attention) n += 2 * static_cast<size_t>(b.attn.n_kv_heads) * b.attn.head_dim * kv_dtype_bytes;
+  return n;
+}
 
 }  // namespace hybridlm

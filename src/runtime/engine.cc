@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <thread>
 
@@ -19,38 +20,60 @@ Engine::Engine(const std::filesystem::path& dir, const EngineOptions& opt)
     : model_(Model::load(dir, opt.load)), pool_(default_threads(opt.threads)) {
   ctx_.pool = &pool_;
   check(opt.max_sequences > 0, "max sequences must be > 0");
-  // The state is sized by the config, not by the file: refuse a pool the machine cannot hold
-  // before zero-filling it.
-  double slot_bytes = 0;
-  for (const LayerStateSpec& l : model_.state_specs()) slot_bytes += static_cast<double>(l.bytes());
-  const double need = slot_bytes * opt.max_sequences;
+  check(opt.context > 0, "context must be > 0");
+  check(opt.block_size > 0, "KV block size must be > 0");
+  // The cache is sized by the config, not by the file: refuse one the machine cannot hold before
+  // allocating it.
+  const std::vector<LayerCacheSpec> specs = model_.cache_specs();
+  double slot_bytes = 0, kv_token_bytes = 0;
+  for (const LayerCacheSpec& l : specs) {
+    slot_bytes += static_cast<double>(l.state.bytes());
+    if (l.has_kv()) kv_token_bytes += static_cast<double>(l.kv.bytes_per_token());
+  }
+  const double pages = opt.kv_pages > 0 ? opt.kv_pages
+                                        : std::ceil(static_cast<double>(opt.context) / opt.block_size) * opt.max_sequences;
+  const double state_need = slot_bytes * opt.max_sequences;
+  const double kv_need = kv_token_bytes > 0 ? pages * opt.block_size * kv_token_bytes : 0;
   const double have = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
-  check(have <= 0 || need <= have,
-        "the recurrent state of " + std::to_string(opt.max_sequences) + " sequence(s) needs " +
-            std::to_string(static_cast<long long>(need / (1 << 20))) + " MiB, more than this machine's " +
-            std::to_string(static_cast<long long>(have / (1 << 20))) + " MiB (check state_size / n_groups in config.json)");
-  states_ = std::make_unique<StatePool>(model_.state_specs(), opt.max_sequences);
+  auto mib = [](double b) { return std::to_string(static_cast<long long>(b / (1 << 20))); };
+  check(have <= 0 || state_need + kv_need <= have,
+        "the cache of " + std::to_string(opt.max_sequences) + " sequence(s) needs " + mib(state_need) +
+            " MiB of recurrent state + " + mib(kv_need) + " MiB of KV, more than this machine's " + mib(have) +
+            " MiB (lower the sequences or the context, or check the sizes in config.json)");
+  CacheOptions co;
+  co.max_sequences = opt.max_sequences;
+  co.block_size = opt.block_size;
+  co.kv_pages = opt.kv_pages;
+  co.context = opt.context;
+  cache_ = std::make_unique<HybridCache>(specs, co);
 }
 
 std::span<const float> Engine::step(std::span<const int32_t> tokens, std::span<const BatchRun> runs,
                                     std::span<const int> logit_rows) {
   logits_.resize(logit_rows.size() * static_cast<size_t>(vocab_size()));
-  model_.forward(ctx_, tokens, runs, *states_, logit_rows, logits_.data(), scratch_);
+  model_.forward(ctx_, tokens, runs, *cache_, logit_rows, logits_.data(), scratch_);
   return logits_;
 }
 
-std::vector<float> Engine::prefill(int slot, std::span<const int32_t> tokens, bool all_logits, int chunk) {
+std::vector<float> Engine::prefill(int seq, std::span<const int32_t> tokens, bool all_logits, int chunk) {
   check(!tokens.empty(), "empty prompt: nothing to evaluate");
   check(chunk > 0, "prefill chunk must be > 0");
   // Validate the whole prompt before the first chunk runs, so a bad id late in a long prompt
   // cannot leave the sequence half-advanced.
-  check(states_->is_live(slot), "state slot " + std::to_string(slot) + " is not in use");
+  check(cache_->is_live(seq), "sequence " + std::to_string(seq) + " is not in the cache");
   model_.check_tokens(tokens);
+  // And check that the whole prompt fits: a prompt longer than the KV cache can hold fails here,
+  // not after half of it has been absorbed.
+  if (const int64_t need = cache_->pages_needed(seq, static_cast<int64_t>(tokens.size())); need > cache_->free_pages())
+    throw Error("prompt of " + std::to_string(tokens.size()) + " tokens does not fit the KV cache: it needs " +
+                std::to_string(need * cache_->block_size()) + " more token slots, " +
+                std::to_string(static_cast<int64_t>(cache_->free_pages()) * cache_->block_size()) +
+                " are free (raise --ctx-size)");
   std::vector<float> out;
   std::vector<int> rows;
   for (size_t b = 0; b < tokens.size(); b += static_cast<size_t>(chunk)) {
     const int n = static_cast<int>(std::min<size_t>(chunk, tokens.size() - b));
-    const BatchRun run{slot, n};
+    const BatchRun run{seq, n};
     rows.clear();
     const bool last_chunk = b + static_cast<size_t>(n) == tokens.size();
     if (all_logits)

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "base/thread_pool.h"
-#include "cache/state_pool.h"
+#include "cache/hybrid_cache.h"
 #include "io/tokenizer.h"
 #include "models/model.h"
 #include "runtime/sampler.h"
@@ -21,6 +21,9 @@ struct EngineOptions {
   LoadOptions load;
   int threads = 0;        // 0 = hardware concurrency
   int max_sequences = 8;  // state slots
+  int context = 4096;     // tokens per sequence the KV cache is sized for (attention models)
+  int block_size = 16;    // tokens per KV page
+  int kv_pages = 0;       // 0 = max_sequences x context / block_size
 };
 
 class Engine {
@@ -28,27 +31,27 @@ class Engine {
   Engine(const std::filesystem::path& dir, const EngineOptions& opt);
 
   const Model& model() const { return model_; }
-  StatePool& states() { return *states_; }
+  HybridCache& cache() { return *cache_; }
   int vocab_size() const { return model_.config().vocab_size; }
   int threads() const { return pool_.size(); }
 
-  int new_sequence() { return states_->acquire(); }
-  void free_sequence(int slot) { states_->release(slot); }
+  int new_sequence() { return cache_->add(); }
+  void free_sequence(int seq) { cache_->remove(seq); }
 
-  // One varlen forward step: runs[i] continues slot runs[i].slot with runs[i].len tokens taken in
+  // One varlen forward step: runs[i] continues sequence runs[i].seq with runs[i].len tokens taken in
   // order from `tokens`. Returns logits (rows, vocab) for the requested rows: a view of the
   // engine's buffer, valid until the next step (no allocation per step once warm).
   std::span<const float> step(std::span<const int32_t> tokens, std::span<const BatchRun> runs,
                           std::span<const int> logit_rows);
   // Feeds `tokens` to one sequence in chunks of at most `chunk` tokens; returns the logits of
   // every position when all_logits, else of the last position only.
-  std::vector<float> prefill(int slot, std::span<const int32_t> tokens, bool all_logits, int chunk = 512);
+  std::vector<float> prefill(int seq, std::span<const int32_t> tokens, bool all_logits, int chunk = 512);
 
  private:
   Model model_;
   ThreadPool pool_;
   KernelContext ctx_;
-  std::unique_ptr<StatePool> states_;
+  std::unique_ptr<HybridCache> cache_;
   ForwardScratch scratch_;
   std::vector<float> logits_;
 };

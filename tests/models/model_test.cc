@@ -48,6 +48,23 @@ EngineOptions opts(int max_seqs = 4) {
   return o;
 }
 
+// Everything the cache holds for a sequence: its length, recurrent state and KV rows.
+std::vector<float> cache_contents(Engine& e, int s) {
+  HybridCache& c = e.cache();
+  const Snapshot snap = c.snapshot(s);
+  std::vector<float> out(snap.state().begin(), snap.state().end());
+  out.push_back(static_cast<float>(c.seq_length(s)));
+  for (size_t l = 0; l < c.layers().size(); ++l) {
+    if (!c.layers()[l].has_kv()) continue;
+    const PagedKv kv = c.kv(s, static_cast<int>(l));
+    for (int p = 0; p < c.seq_length(s); ++p) {
+      out.insert(out.end(), kv.k_row(p), kv.k_row(p) + kv.n_kv_heads * kv.head_dim);
+      out.insert(out.end(), kv.v_row(p), kv.v_row(p) + kv.n_kv_heads * kv.head_dim);
+    }
+  }
+  return out;
+}
+
 class ModelInvariants : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(ModelInvariants, DecodeEqualsPrefillAtEverySplit) {
@@ -163,8 +180,7 @@ TEST_P(ModelInvariants, ForkedSequencesContinueIndependently) {
   const auto ra = run_alone(a), rb = run_alone(b);
   const int parent = e.new_sequence();
   e.prefill(parent, prefix, false);
-  const int child = e.new_sequence();
-  e.states().copy(parent, child);
+  const int child = e.cache().fork(parent);
   const auto fa = e.prefill(parent, a, true), fb = e.prefill(child, b, true);
   for (size_t i = 0; i < ra.size(); ++i) ASSERT_EQ(fa[i], ra[i]);
   for (size_t i = 0; i < rb.size(); ++i) ASSERT_EQ(fb[i], rb[i]);
@@ -175,7 +191,7 @@ TEST_P(ModelInvariants, BadTokenFailsAndLeavesStateUntouched) {
   const int V = e.vocab_size();
   const int s = e.new_sequence();
   e.prefill(s, random_ids(5, V, 14), false);
-  const std::vector<float> before(e.states().slot_data(s), e.states().slot_data(s) + e.states().slot_floats());
+  const std::vector<float> before = cache_contents(e, s);
   const std::vector<int32_t> bad = {1, 2, V};
   try {
     e.prefill(s, bad, false);
@@ -185,7 +201,7 @@ TEST_P(ModelInvariants, BadTokenFailsAndLeavesStateUntouched) {
               std::string::npos)
         << err.what();
   }
-  const std::vector<float> after(e.states().slot_data(s), e.states().slot_data(s) + e.states().slot_floats());
+  const std::vector<float> after = cache_contents(e, s);
   EXPECT_EQ(before, after);
 }
 
@@ -195,11 +211,11 @@ TEST_P(ModelInvariants, BadTokenLateInALongPromptFailsBeforeAnyChunkRuns) {
   const int V = e.vocab_size();
   const int s = e.new_sequence();
   e.prefill(s, random_ids(5, V, 15), false);
-  const std::vector<float> before(e.states().slot_data(s), e.states().slot_data(s) + e.states().slot_floats());
+  const std::vector<float> before = cache_contents(e, s);
   std::vector<int32_t> ids = random_ids(600, V, 16);
   ids[550] = V + 3;
   EXPECT_THROW(e.prefill(s, ids, false), Error);
-  const std::vector<float> after(e.states().slot_data(s), e.states().slot_data(s) + e.states().slot_floats());
+  const std::vector<float> after = cache_contents(e, s);
   EXPECT_EQ(before, after);
 }
 

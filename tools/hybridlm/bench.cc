@@ -99,6 +99,7 @@ int run_bench(const BenchOptions& o) {
   check(o.batch >= 1 && o.batch <= 1024, "bench: --batch must be in [1, 1024]");
   EngineOptions eo = o.engine;
   eo.max_sequences = o.batch;
+  eo.context = std::max(eo.context, o.prompt_tokens + o.gen_tokens + 1);
   Engine engine(o.model_dir, eo);
   const Model& m = engine.model();
   const HybridConfig& c = m.config();

@@ -46,6 +46,7 @@ struct ModelFlags {
   std::string dtype = "f32";
   std::string mamba2_norm = "grouped";
   int threads = 0;
+  int ctx_size = 4096;
   bool no_mmap = false;
 
   void add(CLI::App* app, bool with_threads = true) {
@@ -56,6 +57,8 @@ struct ModelFlags {
         ->capture_default_str();
     if (with_threads) app->add_option("-t,--threads", threads, "threads (0 = all cores)");
     app->add_flag("--no-mmap", no_mmap, "read weights into memory instead of mapping the files");
+    app->add_option("-c,--ctx-size", ctx_size, "tokens per sequence the KV cache holds (attention layers only)")
+        ->capture_default_str();
   }
   EngineOptions options() const {
     EngineOptions o;
@@ -66,6 +69,8 @@ struct ModelFlags {
     check(threads >= 0 && threads <= 1024, "--threads " + std::to_string(threads) + ": must be in [0, 1024]");
     o.threads = threads;
     o.max_sequences = 1;
+    check(ctx_size > 0 && ctx_size <= (1 << 24), "--ctx-size " + std::to_string(ctx_size) + ": must be in [1, 2^24]");
+    o.context = ctx_size;
     return o;
   }
 };
@@ -98,6 +103,10 @@ int cmd_generate(const ModelFlags& mf, const std::string& prompt, const Generate
   std::vector<int32_t> ids = tok.encode(prompt);
   check(!ids.empty(), "the prompt is empty after tokenization");
   engine.model().check_tokens(ids);
+  if (engine.cache().has_kv())
+    check(static_cast<int64_t>(ids.size()) + gopt.max_new_tokens <= mf.ctx_size,
+          "the prompt (" + std::to_string(ids.size()) + " tokens) plus -n " + std::to_string(gopt.max_new_tokens) +
+              " exceeds --ctx-size " + std::to_string(mf.ctx_size));
   std::cout << prompt << std::flush;
   GenerateResult r = generate(engine, tok, ids, gopt, [](const std::string& s) { std::cout << s << std::flush; });
   std::cout << std::endl;
@@ -112,9 +121,11 @@ int cmd_generate(const ModelFlags& mf, const std::string& prompt, const Generate
 // ---- score --------------------------------------------------------------------------------------
 int cmd_score(const ModelFlags& mf, const std::string& prompt, const std::string& ids_str, const std::string& out) {
   check(prompt.empty() != ids_str.empty(), "give exactly one of -p/--prompt or --ids");
-  Engine engine(mf.dir, mf.options());
   std::vector<int32_t> ids = ids_str.empty() ? load_tokenizer(mf.dir).encode(prompt) : parse_ids(ids_str, "--ids");
   check(!ids.empty(), "the prompt is empty after tokenization");
+  EngineOptions o = mf.options();
+  o.context = std::max<int>(o.context, static_cast<int>(std::min<size_t>(ids.size(), 1 << 24)));
+  Engine engine(mf.dir, o);
   engine.model().check_tokens(ids);
   check_logits_fit(ids.size(), engine.vocab_size(), "score");
   const int slot = engine.new_sequence();
@@ -136,7 +147,9 @@ int cmd_perplexity(const ModelFlags& mf, const std::string& file, int ctx) {
   std::stringstream text;
   text << in.rdbuf();
   Tokenizer tok = load_tokenizer(mf.dir);
-  Engine engine(mf.dir, mf.options());
+  EngineOptions o = mf.options();
+  o.context = ctx;
+  Engine engine(mf.dir, o);
   std::vector<int32_t> ids = tok.encode(text.str(), false);
   check(ids.size() >= 2, file + ": needs at least 2 tokens, has " + std::to_string(ids.size()));
   engine.model().check_tokens(ids);
@@ -191,10 +204,11 @@ int cmd_inspect(const ModelFlags& mf) {
   Engine engine(mf.dir, o);
   const Model& m = engine.model();
   const HybridConfig& c = m.config();
-  size_t conv = 0, ssm = 0;
-  for (const LayerStateSpec& s : m.state_specs()) {
-    conv += s.conv_elems() * sizeof(float);
-    ssm += s.ssm_elems * sizeof(float);
+  size_t conv = 0, ssm = 0, kv = 0;
+  for (const LayerCacheSpec& s : m.cache_specs()) {
+    conv += s.state.conv_elems() * sizeof(float);
+    ssm += s.state.ssm_elems * sizeof(float);
+    if (s.has_kv()) kv += s.kv.bytes_per_token();
   }
   std::printf("model:          %s\n", mf.dir.c_str());
   std::printf("family:         %s (%s)\n", c.family.c_str(), c.architecture.empty() ? "-" : c.architecture.c_str());
@@ -208,7 +222,10 @@ int cmd_inspect(const ModelFlags& mf) {
               format_bytes(m.weight_bytes()).c_str(), mf.dtype.c_str(), format_bytes(m.mapped_bytes()).c_str());
   std::printf("state / seq:    %zu bytes (%s): conv %s + ssm %s, f32\n", conv + ssm,
               format_bytes(conv + ssm).c_str(), format_bytes(conv).c_str(), format_bytes(ssm).c_str());
-  std::printf("kv / token:     0 bytes (no attention layers)\n");
+  if (kv > 0)
+    std::printf("kv / token:     %zu bytes (%s), f32\n", kv, format_bytes(static_cast<double>(kv)).c_str());
+  else
+    std::printf("kv / token:     0 bytes (no attention layers)\n");
   std::printf("cpu path:       %s\n", cpu::active_path());
   return 0;
 }
@@ -281,6 +298,7 @@ int main(int argc, char** argv) {
   plan->add_option("--config", popt.config_file, "a config.json file");
   plan->add_option("--dtype", popt.dtype, "weights in memory: f32, bf16, f16")->capture_default_str();
   plan->add_option("--state-dtype", popt.state_dtype, "recurrent state: f32, bf16, f16")->capture_default_str();
+  plan->add_option("--kv-dtype", popt.kv_dtype, "attention KV cache: f32, bf16, f16")->capture_default_str();
   plan->add_option("--memory", popt.memory, "memory to plan for, e.g. 16GiB, 24GB")->capture_default_str();
   plan->add_option("--context", popt.context, "tokens per sequence (KV grows with it; SSM state does not)")
       ->capture_default_str();

@@ -46,6 +46,7 @@ int run_plan(const PlanOptions& o) {
   check(o.model_dir.empty() != o.config_file.empty(), "give exactly one of -m/--model or --config");
   check(o.context >= 0, "--context must be >= 0");
   const size_t wbytes = dtype_bytes("--dtype", o.dtype), sbytes = dtype_bytes("--state-dtype", o.state_dtype);
+  const size_t kvbytes = dtype_bytes("--kv-dtype", o.kv_dtype);
   const double memory = parse_memory_size(o.memory);
   HybridConfig c;
   if (!o.config_file.empty()) {
@@ -58,22 +59,28 @@ int run_plan(const PlanOptions& o) {
     c = load_config(o.model_dir);
   }
 
-  // Per-sequence state by layer kind.
-  const std::vector<LayerStateSpec> specs = state_specs(c);
-  std::map<std::string, std::pair<int, std::pair<double, double>>> by_kind;  // kind -> (layers, (conv, ssm))
+  // Per-sequence state and KV per token, by layer kind (mixer name: mamba1, mamba2, attention).
+  const std::vector<LayerCacheSpec> specs = cache_specs(c);
+  struct Kind {
+    int layers = 0;
+    double conv = 0, ssm = 0, kv = 0;
+  };
+  std::map<std::string, Kind> by_kind;
   double conv = 0, ssm = 0;
   for (size_t i = 0; i < specs.size(); ++i) {
-    auto& e = by_kind[mixer_kind_name(c.blocks[i].mixer)];
-    e.first += 1;
-    e.second.first += static_cast<double>(specs[i].conv_elems() * sbytes);
-    e.second.second += static_cast<double>(specs[i].ssm_elems * sbytes);
-    conv += static_cast<double>(specs[i].conv_elems() * sbytes);
-    ssm += static_cast<double>(specs[i].ssm_elems * sbytes);
+    if (specs[i].kind == LayerCacheKind::None) continue;
+    Kind& e = by_kind[mixer_kind_name(c.blocks[i].mixer)];
+    e.layers += 1;
+    e.conv += static_cast<double>(specs[i].state.conv_elems() * sbytes);
+    e.ssm += static_cast<double>(specs[i].state.ssm_elems * sbytes);
+    if (specs[i].has_kv()) e.kv += 2.0 * specs[i].kv.n_kv_heads * specs[i].kv.head_dim * static_cast<double>(kvbytes);
+    conv += static_cast<double>(specs[i].state.conv_elems() * sbytes);
+    ssm += static_cast<double>(specs[i].state.ssm_elems * sbytes);
   }
   const double params = static_cast<double>(param_count(c));
   const double matrix_params = static_cast<double>(matrix_param_count(c));
   const double weights = matrix_params * static_cast<double>(wbytes) + (params - matrix_params) * 4.0;
-  const double kv_per_token = static_cast<double>(kv_bytes_per_token(c, sbytes));
+  const double kv_per_token = static_cast<double>(kv_bytes_per_token(c, kvbytes));
   const double per_seq = conv + ssm + kv_per_token * static_cast<double>(o.context);
   const double left = memory - weights;
   const long long max_seqs = left <= 0 || per_seq <= 0 ? 0 : static_cast<long long>(std::floor(left / per_seq));
@@ -81,9 +88,9 @@ int run_plan(const PlanOptions& o) {
   if (o.json) {
     std::printf("{\"family\": \"%s\", \"layers\": %d, \"parameters\": %.0f, \"weight_bytes\": %.0f, "
                 "\"state_dtype\": \"%s\", \"conv_state_bytes_per_sequence\": %.0f, "
-                "\"ssm_state_bytes_per_sequence\": %.0f, \"kv_bytes_per_token\": %.0f, \"context\": %lld, "
+                "\"ssm_state_bytes_per_sequence\": %.0f, \"kv_dtype\": \"%s\", \"kv_bytes_per_token\": %.0f, \"context\": %lld, "
                 "\"bytes_per_sequence\": %.0f, \"memory_bytes\": %.0f, \"max_sequences\": %lld}\n",
-                c.family.c_str(), c.n_layers(), params, weights, o.state_dtype.c_str(), conv, ssm, kv_per_token,
+                c.family.c_str(), c.n_layers(), params, weights, o.state_dtype.c_str(), conv, ssm, o.kv_dtype.c_str(), kv_per_token,
                 o.context, per_seq, memory, max_seqs);
     return 0;
   }
@@ -93,9 +100,13 @@ int run_plan(const PlanOptions& o) {
   std::printf("state per sequence: %.0f bytes (%s) at --state-dtype %s\n", conv + ssm, format_bytes(conv + ssm).c_str(),
               o.state_dtype.c_str());
   for (const auto& [kind, e] : by_kind)
-    std::printf("  %-8s x%-4d      ssm %.0f bytes (%s) + conv %.0f bytes (%s)\n", kind.c_str(), e.first,
-                e.second.second, format_bytes(e.second.second).c_str(), e.second.first, format_bytes(e.second.first).c_str());
-  std::printf("kv per token:       %.0f bytes%s\n", kv_per_token, kv_per_token == 0 ? " (no attention layers)" : "");
+    if (e.kv == 0)
+      std::printf("  %-9s x%-4d     ssm %.0f bytes (%s) + conv %.0f bytes (%s)\n", kind.c_str(), e.layers, e.ssm,
+                  format_bytes(e.ssm).c_str(), e.conv, format_bytes(e.conv).c_str());
+  std::printf("kv per token:       %.0f bytes (%s) at --kv-dtype %s%s\n", kv_per_token, format_bytes(kv_per_token).c_str(),
+              o.kv_dtype.c_str(), kv_per_token == 0 ? " (no attention layers)" : "");
+  for (const auto& [kind, e] : by_kind)
+    if (e.kv > 0) std::printf("  %-9s x%-4d     kv %.0f bytes per token\n", kind.c_str(), e.layers, e.kv);
   std::printf("per sequence at context %lld: %.0f bytes (%s)\n", o.context, per_seq, format_bytes(per_seq).c_str());
   if (left <= 0)
     std::printf("memory %s: the weights alone (%s) do not fit: 0 sequences\n", format_bytes(memory).c_str(),

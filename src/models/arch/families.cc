@@ -26,4 +26,13 @@ HybridConfig read_common_keys(const JsonKeys& k, const CommonDefaults& d) {
   return c;
 }
 
+void name_backbone_layers(HybridConfig& c) {
+  c.embedding_name = "backbone.embeddings.weight";
+  c.final_norm_name = "backbone.norm_f.weight";
+  for (int i = 0; i < c.n_layers(); ++i) {
+    const std::string p = "backbone.layers." + std::to_string(i) + ".";
+    c.blocks[i].names = {p + "norm.weight", p + "mixer.", "", ""};
+  }
+}
+
 }  // namespace hybridlm

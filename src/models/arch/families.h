@@ -28,6 +28,10 @@ struct CommonDefaults {
 };
 HybridConfig read_common_keys(const JsonKeys& keys, const CommonDefaults& defaults);
 
+// The mamba_ssm layout shared by mamba, falcon_mamba and mamba2: backbone.embeddings.weight,
+// backbone.layers.N.{norm.weight, mixer.*}, backbone.norm_f.weight, lm_head.weight.
+void name_backbone_layers(HybridConfig& c);
+
 // Adapters (one file each).
 HybridConfig parse_mamba(const JsonKeys& keys, NormGrouping);
 HybridConfig parse_falcon_mamba(const JsonKeys& keys, NormGrouping);

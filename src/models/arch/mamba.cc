@@ -29,7 +29,11 @@ static HybridConfig parse_mamba_common(const JsonKeys& k, bool falcon) {
   m.dt_bc_rms = falcon;
   m.dt_bc_rms_eps = k.positive_number("mixer_rms_eps", 1e-6);
   const int n_layers = k.positive("num_hidden_layers", 32, 1 << 14);
-  c.blocks.assign(n_layers, BlockSpec{MixerKind::Mamba1, m, {}});
+  BlockSpec b;
+  b.mixer = MixerKind::Mamba1;
+  b.m1 = m;
+  c.blocks.assign(n_layers, b);
+  name_backbone_layers(c);
   return c;
 }
 

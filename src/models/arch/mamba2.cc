@@ -47,7 +47,11 @@ HybridConfig parse_mamba2(const JsonKeys& k, NormGrouping mamba2_norm) {
     if (!(m.dt_min <= m.dt_max) || m.dt_min < 0) k.fail("time_step_limit", "need 0 <= min <= max");
   }
   const int n_layers = k.positive("num_hidden_layers", 64, 1 << 14);
-  c.blocks.assign(n_layers, BlockSpec{MixerKind::Mamba2, {}, m});
+  BlockSpec b;
+  b.mixer = MixerKind::Mamba2;
+  b.m2 = m;
+  c.blocks.assign(n_layers, b);
+  name_backbone_layers(c);
   return c;
 }
 

@@ -1,0 +1,35 @@
+// Causal self-attention (Vaswani et al. 2017) with grouped KV heads (Ainslie et al. 2023, GQA),
+// optional RoPE on the first rope_dim dims of each head (Su et al. 2021, rotate-half form),
+// optional per-head RMSNorm of q and k, over the sequence's paged KV cache.
+#pragma once
+
+#include <span>
+#include <string>
+#include <vector>
+
+#include "models/blocks/seq_run.h"
+#include "models/config.h"
+#include "models/weights.h"
+
+namespace hybridlm {
+
+struct AttentionWeights {
+  Matrix q_proj, k_proj, v_proj;  // (nH*hd, H), (nKV*hd, H), (nKV*hd, H)
+  Matrix o_proj;                  // (H, nH*hd)
+  std::vector<float> q_bias, k_bias, v_bias, o_bias;
+  std::vector<float> q_norm, k_norm;  // (hd) when qk_norm
+};
+
+struct AttentionScratch {
+  std::vector<float> q, k, v, y;
+};
+
+AttentionWeights load_attention(const WeightReader& r, const std::string& prefix, const AttentionSpec& s,
+                                int d_model);
+
+// out: (T, H) = attention(u: (T, H)). Writes this run's K and V into the cache at positions
+// [pos0, pos0 + len) of each run's sequence.
+void attention_forward(const KernelContext& ctx, const AttentionSpec& s, const AttentionWeights& w, const float* u,
+                       int T, std::span<const SeqRun> runs, AttentionScratch& scratch, float* out);
+
+}  // namespace hybridlm
