@@ -112,7 +112,10 @@ void Model::forward(const KernelContext& ctx, std::span<const int32_t> tokens, s
     sc.runs.clear();
     int start = 0;
     for (const BatchRun& r : runs) {
-      SeqRun s{start, r.len, cache.seq_length(r.seq)};
+      SeqRun s;
+      s.start = start;
+      s.len = r.len;
+      s.pos0 = cache.seq_length(r.seq);
       if (kinds[l].has_state()) {
         s.conv_state = cache.conv_state(r.seq, l);
         s.ssm_state = cache.ssm_state(r.seq, l);
