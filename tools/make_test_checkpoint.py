@@ -135,6 +135,30 @@ def mamba2_config(hidden, layers, vocab, heads, head_dim, state, groups, chunk=2
     }
 
 
+def hybridlm_config(hidden, vocab, pattern, d_state=16, head_dim=16, n_groups=1, chunk=16, heads=4,
+                    kv_heads=2, rope=1.0, d_ff=128, act="silu", tie=False, bos=0, eos=0, pad=0):
+    """Our own format: model_type hybridlm with a block pattern (docs/model-format.md)."""
+    return {
+        "architectures": ["HybridLMForCausalLM"],
+        "model_type": "hybridlm",
+        "hidden_size": hidden,
+        "num_hidden_layers": len(pattern),
+        "vocab_size": vocab,
+        "rms_norm_eps": 1e-5,
+        "tie_word_embeddings": tie,
+        "block_pattern": list(pattern),
+        "ssm": {"d_state": d_state, "d_conv": 4, "expand": 2, "dt_rank": "auto", "head_dim": head_dim,
+                "n_groups": n_groups, "chunk_size": chunk, "conv_bias": True, "proj_bias": False},
+        "attention": {"num_heads": heads, "num_kv_heads": kv_heads, "head_dim": hidden // heads,
+                      "rope_theta": 10000.0, "partial_rotary_factor": rope, "qk_norm": False},
+        "mlp": {"intermediate_size": d_ff, "activation": act, "gated": True},
+        "bos_token_id": bos,
+        "eos_token_id": eos,
+        "pad_token_id": pad,
+        "torch_dtype": "float32",
+    }
+
+
 # Full-size shapes are the public Hugging Face configs (token ids marked "unverified" where
 # only the shapes were checked); tiny ones are for tests.
 PRESETS = {
@@ -154,6 +178,8 @@ PRESETS = {
                                               model_type="falcon_mamba"),
     "mamba-tiny": lambda: mamba_config(64, 2, 512, 16, 4),
     "mamba2-tiny": lambda: mamba2_config(64, 2, 512, 8, 16, 16, 1, chunk=16, tie=True),
+    # Our block-pattern format: every mixer kind, GQA attention with RoPE, a SwiGLU MLP.
+    "hybridlm-tiny": lambda: hybridlm_config(64, 512, ["m2", "t", "m", "m2", "t"]),
 }
 
 # --------------------------------------------------------------------------------------------
@@ -185,26 +211,101 @@ def dt_bias_init(rng, n):
     return (dt + np.log(-np.expm1(-dt))).astype(np.float32)
 
 
-def tensor_specs(cfg, embedding_name):
-    """[(name, shape, init, seed_name)]; seed_name is the canonical name that seeds the rng."""
-    family = FAMILY.get(cfg.get("model_type"))
-    if family is None:
-        sys.exit("make_test_checkpoint: unsupported model_type %r (mamba, falcon_mamba, mamba2)"
-                 % cfg.get("model_type"))
+NORM_INIT = normal(0.1, 1.0)
+BIAS_INIT = normal(0.1)
+
+
+def mamba1_mixer_specs(m, H, I, N, R, K, use_bias, use_conv_bias, dt_bc_norms=False):
+    """Tensors of a Mamba-1 mixer under prefix m (HF MambaMixer names)."""
+    specs = [(m + "in_proj.weight", (2 * I, H), normal(H ** -0.5))]
+    if use_bias:
+        specs.append((m + "in_proj.bias", (2 * I,), BIAS_INIT))
+    specs.append((m + "conv1d.weight", (I, 1, K), normal(K ** -0.5)))
+    if use_conv_bias:
+        specs.append((m + "conv1d.bias", (I,), BIAS_INIT))
+    specs.append((m + "x_proj.weight", (R + 2 * N, I), normal(I ** -0.5)))
+    specs.append((m + "dt_proj.weight", (I, R), normal(0.5 * R ** -0.5)))
+    specs.append((m + "dt_proj.bias", (I,), dt_bias_init))
+    specs.append((m + "A_log", (I, N), a_log_init))
+    specs.append((m + "D", (I,), NORM_INIT))
+    specs.append((m + "out_proj.weight", (H, I), normal(I ** -0.5)))
+    if use_bias:
+        specs.append((m + "out_proj.bias", (H,), BIAS_INIT))
+    if dt_bc_norms:  # Jamba
+        specs.append((m + "dt_layernorm.weight", (R,), NORM_INIT))
+        specs.append((m + "b_layernorm.weight", (N,), NORM_INIT))
+        specs.append((m + "c_layernorm.weight", (N,), NORM_INIT))
+    return specs
+
+
+def mamba2_mixer_specs(m, H, I, nh, G, N, K, use_bias, use_conv_bias, out_bias=None):
+    """Tensors of a Mamba-2 mixer under prefix m (HF Mamba2Mixer names)."""
+    if nh % G != 0:
+        sys.exit("make_test_checkpoint: num_heads (%d) must be a multiple of n_groups (%d)" % (nh, G))
+    out_bias = use_bias if out_bias is None else out_bias
+    conv_dim = I + 2 * G * N
+    # in_proj rows: [z (I), xBC (I + 2GN), dt (nh)]
+    specs = [(m + "in_proj.weight", (I + conv_dim + nh, H), normal(H ** -0.5))]
+    if use_bias:
+        specs.append((m + "in_proj.bias", (I + conv_dim + nh,), BIAS_INIT))
+    specs.append((m + "conv1d.weight", (conv_dim, 1, K), normal(K ** -0.5)))
+    if use_conv_bias:
+        specs.append((m + "conv1d.bias", (conv_dim,), BIAS_INIT))
+    specs.append((m + "dt_bias", (nh,), dt_bias_init))
+    specs.append((m + "A_log", (nh,), a_log_init))
+    specs.append((m + "D", (nh,), NORM_INIT))
+    specs.append((m + "norm.weight", (I,), NORM_INIT))
+    specs.append((m + "out_proj.weight", (H, I), normal(I ** -0.5)))
+    if out_bias:
+        specs.append((m + "out_proj.bias", (H,), BIAS_INIT))
+    return specs
+
+
+def attention_specs(a, H, heads, kv_heads, hd, bias=False, qk_norm=False, o_name="o_proj"):
+    """q/k/v/o projections (HF names) under prefix a."""
+    specs = [(a + "q_proj.weight", (heads * hd, H), normal(H ** -0.5)),
+             (a + "k_proj.weight", (kv_heads * hd, H), normal(H ** -0.5)),
+             (a + "v_proj.weight", (kv_heads * hd, H), normal(H ** -0.5)),
+             (a + o_name + ".weight", (H, heads * hd), normal((heads * hd) ** -0.5))]
+    if bias:
+        specs += [(a + "q_proj.bias", (heads * hd,), BIAS_INIT), (a + "k_proj.bias", (kv_heads * hd,), BIAS_INIT),
+                  (a + "v_proj.bias", (kv_heads * hd,), BIAS_INIT)]
+    if qk_norm:
+        specs += [(a + "q_norm.weight", (hd,), NORM_INIT), (a + "k_norm.weight", (hd,), NORM_INIT)]
+    return specs
+
+
+def mlp_specs(f, H, F, gated=True, names=("gate_proj", "up_proj", "down_proj")):
+    gate, up, down = names
+    specs = [(f + gate + ".weight", (F, H), normal(H ** -0.5))] if gated else []
+    specs += [(f + up + ".weight", (F, H), normal(H ** -0.5)),
+              (f + down + ".weight", (H, F), normal(F ** -0.5))]
+    return specs
+
+
+def head_specs(cfg, tie, emb_name, seed_emb_name, final_norm):
+    """Embedding (first) and final norm + lm_head (second) of any family."""
     H = int(cfg["hidden_size"])
     V = int(cfg["vocab_size"])
+    # Untied: embeddings std 1, lm_head std 1/sqrt(H) -> logits O(1).  Tied: the embeddings are
+    # also the head, and std 1 would give logits of std sqrt(H) (~28 at H=768, a one-hot
+    # softmax), so they get std H^-1/4 -> logits of std H^(1/4) (2.8 at H=64, 5.3 at H=768).
+    first = [(emb_name, (V, H), normal(H ** -0.25 if tie else 1.0), seed_emb_name)]
+    last = [(final_norm, (H,), NORM_INIT)]
+    if not tie:
+        last.append(("lm_head.weight", (V, H), normal(H ** -0.5)))
+    return first, last
+
+
+def mamba_family_specs(cfg, family, embedding_name):
+    H = int(cfg["hidden_size"])
     L = int(cfg["num_hidden_layers"])
     K = int(cfg.get("conv_kernel", 4))
     use_conv_bias = bool(cfg.get("use_conv_bias", True))
     tie_default = family == "mamba1"  # MambaConfig: PretrainedConfig default; Mamba2Config: False
     tie = bool(cfg.get("tie_word_embeddings", tie_default))
-    # Untied: embeddings std 1, lm_head std 1/sqrt(H) -> logits O(1).  Tied: the embeddings are
-    # also the head, and std 1 would give logits of std sqrt(H) (~28 at H=768, a one-hot
-    # softmax), so they get std H^-1/4 -> logits of std H^(1/4) (2.8 at H=64, 5.3 at H=768).
-    specs = [("backbone.%s.weight" % embedding_name, (V, H), normal(H ** -0.25 if tie else 1.0),
-              "backbone.embeddings.weight")]
-    norm_init = normal(0.1, 1.0)
-    bias_init = normal(0.1)
+    specs, tail = head_specs(cfg, tie, "backbone.%s.weight" % embedding_name, "backbone.embeddings.weight",
+                             "backbone.norm_f.weight")
     if family == "mamba1":
         use_bias = bool(cfg.get("use_bias", True))
         N = int(cfg.get("state_size", 16))
@@ -213,22 +314,8 @@ def tensor_specs(cfg, embedding_name):
         R = math.ceil(H / 16) if R == "auto" else int(R)
         for i in range(L):
             p = "backbone.layers.%d." % i
-            m = p + "mixer."
-            specs.append((p + "norm.weight", (H,), norm_init))
-            specs.append((m + "in_proj.weight", (2 * I, H), normal(H ** -0.5)))
-            if use_bias:
-                specs.append((m + "in_proj.bias", (2 * I,), bias_init))
-            specs.append((m + "conv1d.weight", (I, 1, K), normal(K ** -0.5)))
-            if use_conv_bias:
-                specs.append((m + "conv1d.bias", (I,), bias_init))
-            specs.append((m + "x_proj.weight", (R + 2 * N, I), normal(I ** -0.5)))
-            specs.append((m + "dt_proj.weight", (I, R), normal(0.5 * R ** -0.5)))
-            specs.append((m + "dt_proj.bias", (I,), dt_bias_init))
-            specs.append((m + "A_log", (I, N), a_log_init))
-            specs.append((m + "D", (I,), norm_init))
-            specs.append((m + "out_proj.weight", (H, I), normal(I ** -0.5)))
-            if use_bias:
-                specs.append((m + "out_proj.bias", (H,), bias_init))
+            specs.append((p + "norm.weight", (H,), NORM_INIT))
+            specs += mamba1_mixer_specs(p + "mixer.", H, I, N, R, K, use_bias, use_conv_bias)
     else:
         use_bias = bool(cfg.get("use_bias", False))
         N = int(cfg.get("state_size", 128))
@@ -240,32 +327,62 @@ def tensor_specs(cfg, embedding_name):
         if expand_inner != I:
             sys.exit("make_test_checkpoint: mamba2 needs expand*hidden_size (%d) == num_heads*head_dim"
                      " (%d)" % (expand_inner, I))
-        if nh % G != 0:
-            sys.exit("make_test_checkpoint: num_heads (%d) must be a multiple of n_groups (%d)"
-                     % (nh, G))
-        conv_dim = I + 2 * G * N
         for i in range(L):
             p = "backbone.layers.%d." % i
-            m = p + "mixer."
-            specs.append((p + "norm.weight", (H,), norm_init))
-            # in_proj rows: [z (I), xBC (I + 2GN), dt (nh)]
-            specs.append((m + "in_proj.weight", (I + conv_dim + nh, H), normal(H ** -0.5)))
-            if use_bias:
-                specs.append((m + "in_proj.bias", (I + conv_dim + nh,), bias_init))
-            specs.append((m + "conv1d.weight", (conv_dim, 1, K), normal(K ** -0.5)))
-            if use_conv_bias:
-                specs.append((m + "conv1d.bias", (conv_dim,), bias_init))
-            specs.append((m + "dt_bias", (nh,), dt_bias_init))
-            specs.append((m + "A_log", (nh,), a_log_init))
-            specs.append((m + "D", (nh,), norm_init))
-            specs.append((m + "norm.weight", (I,), norm_init))
-            specs.append((m + "out_proj.weight", (H, I), normal(I ** -0.5)))
-            if use_bias:
-                specs.append((m + "out_proj.bias", (H,), bias_init))
-    specs.append(("backbone.norm_f.weight", (H,), norm_init))
-    if not tie:
-        specs.append(("lm_head.weight", (V, H), normal(H ** -0.5)))
+            specs.append((p + "norm.weight", (H,), NORM_INIT))
+            specs += mamba2_mixer_specs(p + "mixer.", H, I, nh, G, N, K, use_bias, use_conv_bias)
+    return specs + tail
+
+
+def hybridlm_specs(cfg):
+    """Our block-pattern format (docs/model-format.md)."""
+    H = int(cfg["hidden_size"])
+    ssm, att, mlp = cfg.get("ssm", {}), cfg.get("attention", {}), cfg.get("mlp", {})
+    tie = bool(cfg.get("tie_word_embeddings", True))
+    specs, tail = head_specs(cfg, tie, "model.embed_tokens.weight", "model.embed_tokens.weight",
+                             "model.norm.weight")
+    I = int(ssm.get("expand", 2) * H)
+    N, K = int(ssm.get("d_state", 16)), int(ssm.get("d_conv", 4))
+    R = ssm.get("dt_rank", "auto")
+    R = math.ceil(H / 16) if R == "auto" else int(R)
+    P, G = int(ssm.get("head_dim", 64)), int(ssm.get("n_groups", 1))
+    conv_bias, proj_bias = bool(ssm.get("conv_bias", True)), bool(ssm.get("proj_bias", False))
+    heads = int(att.get("num_heads", 8))
+    kv_heads = int(att.get("num_kv_heads", heads))
+    hd = int(att.get("head_dim", H // heads))
+    F = int(mlp.get("intermediate_size", 0))
+    for i, kind in enumerate(cfg["block_pattern"]):
+        p = "model.layers.%d." % i
+        specs.append((p + "mixer_norm.weight", (H,), NORM_INIT))
+        if kind == "m":
+            specs += mamba1_mixer_specs(p + "mixer.", H, I, N, R, K, proj_bias, conv_bias)
+        elif kind == "m2":
+            specs += mamba2_mixer_specs(p + "mixer.", H, I, I // P, G, N, K, proj_bias, conv_bias)
+        elif kind == "t":
+            specs += attention_specs(p + "mixer.", H, heads, kv_heads, hd, bool(att.get("bias", False)),
+                                     bool(att.get("qk_norm", False)))
+        else:
+            sys.exit("make_test_checkpoint: unknown block kind %r" % kind)
+        if F > 0:
+            specs.append((p + "ffn_norm.weight", (H,), NORM_INIT))
+            specs += mlp_specs(p + "ffn.", H, F, bool(mlp.get("gated", True)))
+    return specs + tail
+
+
+def tensor_specs(cfg, embedding_name):
+    """[(name, shape, init, seed_name)]; seed_name is the canonical name that seeds the rng."""
+    mt = cfg.get("model_type")
+    if mt in FAMILY:
+        specs = mamba_family_specs(cfg, FAMILY[mt], embedding_name)
+    elif mt in HYBRID_SPECS:
+        specs = HYBRID_SPECS[mt](cfg)
+    else:
+        sys.exit("make_test_checkpoint: unsupported model_type %r (%s)"
+                 % (mt, ", ".join(sorted(list(FAMILY) + list(HYBRID_SPECS)))))
     return [s if len(s) == 4 else s + (s[0],) for s in specs]
+
+
+HYBRID_SPECS = {"hybridlm": hybridlm_specs}
 
 
 # --------------------------------------------------------------------------------------------
@@ -415,6 +532,8 @@ def build_config(args):
         if set_keys & {"hidden_size", "num_heads", "head_dim"} and "expand" not in set_keys:
             inner, hidden = cfg["num_heads"] * cfg["head_dim"], cfg["hidden_size"]
             cfg["expand"] = inner // hidden if inner % hidden == 0 else inner / hidden
+    elif cfg.get("model_type") == "hybridlm" and "block_pattern" in set_keys and args.layers is None:
+        cfg["num_hidden_layers"] = len(cfg["block_pattern"])
     cfg["torch_dtype"] = DTYPES[args.dtype][2]
     return cfg
 

@@ -114,5 +114,60 @@ TEST(Config, BadConfigsNameTheProblem) {
   EXPECT_NE(error_of(json::array()).find("expected a JSON object"), std::string::npos);
 }
 
+TEST(Config, HybridlmBlockPattern) {
+  const json base = {{"model_type", "hybridlm"},
+                     {"hidden_size", 64},
+                     {"vocab_size", 100},
+                     {"block_pattern", {"m2", "t", "m", "m2"}},
+                     {"ssm", {{"d_state", 8}, {"head_dim", 16}, {"n_groups", 2}}},
+                     {"attention", {{"num_heads", 4}, {"num_kv_heads", 2}, {"partial_rotary_factor", 0.5}}},
+                     {"mlp", {{"intermediate_size", 96}, {"activation", "gelu"}}}};
+  const HybridConfig c = parse_config(base, "config.json");
+  ASSERT_EQ(c.n_layers(), 4);
+  EXPECT_EQ(c.layer_pattern(), "mamba2+mlp x1, attention+mlp x1, mamba1+mlp x1, mamba2+mlp x1");
+  EXPECT_EQ(c.blocks[0].m2.n_heads, 8);  // expand 2 x 64 / head_dim 16
+  EXPECT_EQ(c.blocks[0].m2.n_groups, 2);
+  EXPECT_EQ(c.blocks[1].attn.head_dim, 16);
+  EXPECT_EQ(c.blocks[1].attn.rope_dim, 8);
+  EXPECT_FLOAT_EQ(c.blocks[1].attn.softmax_scale(), 0.25f);
+  EXPECT_EQ(c.blocks[2].m1.dt_rank, 4);
+  EXPECT_EQ(c.blocks[3].ffn.act, Activation::Gelu);
+  EXPECT_EQ(c.blocks[1].names.mixer, "model.layers.1.mixer.");
+  EXPECT_EQ(c.blocks[1].names.ffn_norm, "model.layers.1.ffn_norm.weight");
+
+  json j = base;
+  j["block_pattern"] = {"m2", "x", "t"};
+  EXPECT_NE(error_of(j).find("block_pattern[1] = \"x\": unknown block kind (use m = Mamba-1, m2 = Mamba-2, t = attention)"),
+            std::string::npos)
+      << error_of(j);
+  j = base;
+  j["num_hidden_layers"] = 5;
+  EXPECT_NE(error_of(j).find("num_hidden_layers = 5: block_pattern has 4 blocks"), std::string::npos) << error_of(j);
+  j["num_hidden_layers"] = 3;
+  EXPECT_NE(error_of(j).find("num_hidden_layers = 3: block_pattern has 4 blocks"), std::string::npos) << error_of(j);
+  j = base;
+  j["block_pattern"] = json::array();
+  EXPECT_NE(error_of(j).find("block_pattern = an array of 0: expected a non-empty list"), std::string::npos) << error_of(j);
+  j = base;
+  j.erase("block_pattern");
+  EXPECT_NE(error_of(j).find("missing required key 'block_pattern'"), std::string::npos) << error_of(j);
+  j = base;
+  j["attention"]["num_kv_heads"] = 3;
+  EXPECT_NE(error_of(j).find("attention: num_kv_heads = 3: must divide num_heads = 4"), std::string::npos)
+      << error_of(j);
+  j = base;
+  j["attention"]["partial_rotary_factor"] = 0.1875;
+  EXPECT_NE(error_of(j).find("partial_rotary_factor = 0.1875: gives 3 rotary dims"), std::string::npos) << error_of(j);
+  j["attention"]["partial_rotary_factor"] = 0.3;  // int(0.3 x 16) = 4, as transformers rounds
+  EXPECT_EQ(parse_config(j, "config.json").blocks[1].attn.rope_dim, 4);
+  j = base;
+  j["ssm"]["head_dim"] = 24;
+  EXPECT_NE(error_of(j).find("ssm: head_dim = 24: must divide expand x hidden_size = 128"), std::string::npos)
+      << error_of(j);
+  j = base;
+  j["mlp"]["activation"] = "tanh";
+  EXPECT_NE(error_of(j).find("mlp: activation = \"tanh\": unknown activation"), std::string::npos) << error_of(j);
+}
+
 }  // namespace
 }  // namespace hybridlm

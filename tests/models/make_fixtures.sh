@@ -10,4 +10,11 @@ mkdir -p "$out"
 "$py" "$tool" --preset falcon-mamba-tiny --out "$out/falcon_mamba" --seed 2 >/dev/null
 "$py" "$tool" --preset mamba2-tiny --out "$out/mamba2_g2" --seed 3 --set n_groups=2 --set chunk_size=8 --untie >/dev/null
 "$py" "$tool" --preset mamba2-tiny --out "$out/mamba2_bf16" --seed 4 --dtype bf16 >/dev/null
+"$py" "$tool" --preset hybridlm-tiny --out "$out/hybridlm" --seed 5 >/dev/null
+# MQA, half-rotary RoPE with q/k norms, an ungated relu^2 MLP, grouped Mamba-2, tied head.
+"$py" "$tool" --preset hybridlm-tiny --out "$out/hybridlm_var" --seed 6 --tie \
+  --set 'block_pattern=["t", "m2", "m2", "t", "m"]' \
+  --set 'attention={"num_heads": 4, "num_kv_heads": 1, "head_dim": 16, "partial_rotary_factor": 0.5, "qk_norm": true, "rope_theta": 500.0}' \
+  --set 'mlp={"intermediate_size": 96, "activation": "relu2", "gated": false}' \
+  --set 'ssm={"d_state": 8, "head_dim": 8, "n_groups": 2, "chunk_size": 8, "dt_rank": 5}' >/dev/null
 echo "fixtures written to $out"

@@ -30,7 +30,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "..", "tools"))
 
-import mamba_ref  # noqa: E402
+import hybrid_ref  # noqa: E402
 import make_test_checkpoint  # noqa: E402
 
 TOL = 1e-4
@@ -81,6 +81,19 @@ CASES = [
      {"engine": ["--dtype", "bf16"]}),
     ("mamba bf16 on disk, --dtype bf16", ["--preset", "mamba-tiny", "--dtype", "bf16", "--untie"], 30,
      {"engine": ["--dtype", "bf16"]}),
+    # hybridlm: our block-pattern format (m2, t, m, m2, t; GQA 4:2 with RoPE; SwiGLU MLP).
+    ("hybridlm-tiny", ["--preset", "hybridlm-tiny"], 37),
+    ("hybridlm T 600 (attention over two prefill chunks)", ["--preset", "hybridlm-tiny"], 600),
+    ("hybridlm MQA, half RoPE, q/k norm, relu2 MLP, grouped m2, tied",
+     ["--preset", "hybridlm-tiny", "--tie", "--set", 'block_pattern=["t", "m2", "m2", "t", "m"]',
+      "--set", 'attention={"num_heads": 4, "num_kv_heads": 1, "head_dim": 16, "partial_rotary_factor": 0.5,'
+               ' "qk_norm": true, "rope_theta": 500.0}',
+      "--set", 'mlp={"intermediate_size": 96, "activation": "relu2", "gated": false}',
+      "--set", 'ssm={"d_state": 8, "head_dim": 8, "n_groups": 2, "chunk_size": 8, "dt_rank": 5}'], 45),
+    ("hybridlm gelu MLP, attention with bias, bf16 on disk",
+     ["--preset", "hybridlm-tiny", "--dtype", "bf16", "--set", 'block_pattern=["m", "t"]',
+      "--set", 'attention={"num_heads": 2, "num_kv_heads": 2, "bias": true}',
+      "--set", 'mlp={"intermediate_size": 80, "activation": "gelu"}'], 33),
 ]
 
 
@@ -89,7 +102,7 @@ def run_case(index, name, args, T, binary, scratch, extra=None):
     extra = extra or {}
     d = os.path.join(scratch, "case%02d" % index)
     make_test_checkpoint.main(["--out", d, "--seed", str(index)] + args)
-    model = mamba_ref.load_model(d)
+    model = hybrid_ref.load_model(d)
     rng = np.random.default_rng(1000 + index)
     ids = rng.integers(0, model.vocab, T)
     ids[rng.integers(0, T)] = model.vocab - 1   # the ends of the vocab range
@@ -113,7 +126,7 @@ def run_case(index, name, args, T, binary, scratch, extra=None):
         return False, "logits shape %s, expected %s" % (got.shape, (T, model.vocab))
     if not np.all(np.isfinite(got)):
         return False, "non-finite logits"
-    ref = mamba_ref.forward(model, ids, norm_groups=extra.get("norm", "grouped"))
+    ref = hybrid_ref.forward(model, ids, norm_groups=extra.get("norm", "grouped"))
     err = np.abs(got.astype(np.float64) - ref)
     scale = max(1.0, float(np.max(np.abs(ref))))
     if np.max(err) > TOL * scale:

@@ -25,6 +25,8 @@ struct CommonDefaults {
   int hidden_size, vocab_size;
   bool tie_embeddings;
   int32_t bos, eos, pad;
+  const char* eps_key = "layer_norm_epsilon";  // jamba, bamba, ...: "rms_norm_eps"
+  double eps = 1e-5;
 };
 HybridConfig read_common_keys(const JsonKeys& keys, const CommonDefaults& defaults);
 
@@ -32,9 +34,17 @@ HybridConfig read_common_keys(const JsonKeys& keys, const CommonDefaults& defaul
 // backbone.layers.N.{norm.weight, mixer.*}, backbone.norm_f.weight, lm_head.weight.
 void name_backbone_layers(HybridConfig& c);
 
+// Attention heads read from `heads_key` / `kv_key` (kv defaults to heads), head_dim from
+// `head_dim_key` (default hidden / heads), checked for GQA divisibility and the kernel's caps.
+AttentionSpec read_attention(const JsonKeys& k, int hidden, const char* heads_key, int heads_default,
+                             const char* kv_key, const char* head_dim_key);
+// rope_dim from a partial rotary factor in [0, 1] (0 = no positions); must give an even count.
+int rotary_dims(const JsonKeys& k, const char* key, double factor, int head_dim);
+
 // Adapters (one file each).
 HybridConfig parse_mamba(const JsonKeys& keys, NormGrouping);
 HybridConfig parse_falcon_mamba(const JsonKeys& keys, NormGrouping);
 HybridConfig parse_mamba2(const JsonKeys& keys, NormGrouping mamba2_norm);
+HybridConfig parse_hybridlm(const JsonKeys& keys, NormGrouping mamba2_norm);
 
 }  // namespace hybridlm

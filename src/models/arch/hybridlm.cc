@@ -1,0 +1,124 @@
+// Family `hybridlm`: our own block-pattern models (docs/model-format.md). The config names the
+// pattern directly, e.g. "block_pattern": ["m2", "m2", "t", "m2"] with m = Mamba-1, m2 = Mamba-2,
+// t = attention; every block is mixer + optional MLP. Per-kind sections: "ssm" (both Mamba
+// kinds), "attention", "mlp".
+// Weights: model.embed_tokens.weight | model.layers.N.{mixer_norm.weight, mixer.* (mamba_ssm
+// names for m / m2; q_proj, k_proj, v_proj, o_proj [, q_norm, k_norm] for t), ffn_norm.weight,
+// ffn.{gate_proj, up_proj, down_proj}.weight} | model.norm.weight; lm_head.weight.
+#include "base/error.h"
+#include "models/arch/families.h"
+
+namespace hybridlm {
+
+namespace {
+
+const nlohmann::json& section(const JsonKeys& k, const char* name) {
+  static const nlohmann::json empty = nlohmann::json::object();
+  if (!k.has(name)) return empty;
+  if (!k.raw(name).is_object()) k.fail(name, "expected an object");
+  return k.raw(name);
+}
+
+Activation parse_activation(const JsonKeys& k, const char* key) {
+  const std::string a = k.string(key, "silu");
+  if (a == "silu" || a == "swish") return Activation::Silu;
+  if (a == "gelu") return Activation::Gelu;
+  if (a == "relu2") return Activation::Relu2;
+  k.fail(key, "unknown activation (use silu, gelu or relu2)");
+}
+
+}  // namespace
+
+HybridConfig parse_hybridlm(const JsonKeys& k, NormGrouping mamba2_norm) {
+  HybridConfig c = read_common_keys(k, {/*hidden_size=*/768, /*vocab_size=*/50280, /*tie=*/true, 0, 0, 0,
+                                        "rms_norm_eps", 1e-5});
+  if (!k.has("block_pattern")) throw Error(k.where() + ": missing required key 'block_pattern'");
+  const nlohmann::json& pattern = k.raw("block_pattern");
+  if (!pattern.is_array() || pattern.empty() || pattern.size() > (1u << 14))
+    k.fail("block_pattern", "expected a non-empty list such as [\"m2\", \"t\", \"m2\"]");
+  if (k.has("num_hidden_layers") && k.integer("num_hidden_layers") != static_cast<int64_t>(pattern.size()))
+    k.fail("num_hidden_layers", "block_pattern has " + std::to_string(pattern.size()) + " blocks");
+
+  const JsonKeys ssm(section(k, "ssm"), k.where() + ": ssm");
+  const JsonKeys att(section(k, "attention"), k.where() + ": attention");
+  const JsonKeys mlp(section(k, "mlp"), k.where() + ": mlp");
+  const int H = c.d_model;
+
+  // Mamba sizes shared by m and m2 blocks.
+  const double expand = ssm.number("expand", 2);
+  if (!(expand > 0 && expand * H <= JsonKeys::kMaxDim && expand * H >= 1))
+    ssm.fail("expand", "expand x hidden_size must be in [1, 2^22]");
+  const int d_inner = static_cast<int>(expand * H);
+  Mamba1Spec m1;
+  m1.d_inner = d_inner;
+  m1.d_state = ssm.positive("d_state", 16, 4096);
+  m1.d_conv = ssm.positive("d_conv", 4, 64);
+  m1.dt_rank = ssm.has("dt_rank") && ssm.raw("dt_rank").is_string() ? (H + 15) / 16 : ssm.positive("dt_rank", (H + 15) / 16);
+  if (ssm.has("dt_rank") && ssm.raw("dt_rank").is_string() && ssm.string("dt_rank", "auto") != "auto")
+    ssm.fail("dt_rank", "expected an integer or \"auto\"");
+  m1.conv_bias = ssm.boolean("conv_bias", true);
+  m1.proj_bias = ssm.boolean("proj_bias", false);
+  Mamba2Spec m2;
+  m2.d_inner = d_inner;
+  m2.d_state = m1.d_state;
+  m2.d_conv = m1.d_conv;
+  m2.conv_bias = m1.conv_bias;
+  m2.proj_bias = m1.proj_bias;
+  m2.head_dim = ssm.positive("head_dim", 64, 4096);
+  m2.n_groups = ssm.positive("n_groups", 1, 1024);
+  m2.chunk_size = ssm.positive("chunk_size", 256, 1 << 16);
+  m2.norm_eps = c.norm_eps;
+  m2.norm_grouping = mamba2_norm;
+
+  BlockSpec t;
+  t.mixer = MixerKind::Attention;
+  t.attn = read_attention(att, H, "num_heads", 8, "num_kv_heads", "head_dim");
+  t.attn.rope_theta = att.positive_number("rope_theta", 10000.0);
+  t.attn.rope_dim = rotary_dims(att, "partial_rotary_factor", att.number("partial_rotary_factor", 1.0), t.attn.head_dim);
+  t.attn.qk_norm = att.boolean("qk_norm", false);
+  t.attn.qk_norm_eps = c.norm_eps;
+  t.attn.qkv_bias = att.boolean("bias", false);
+
+  FfnSpec ffn;
+  const int d_ff = static_cast<int>(mlp.integer("intermediate_size", 0));
+  if (d_ff < 0 || d_ff > JsonKeys::kMaxDim) mlp.fail("intermediate_size", "must be in [0, 2^22] (0 = no MLP)");
+  if (d_ff > 0) {
+    ffn.kind = FfnKind::Mlp;
+    ffn.d_ff = d_ff;
+    ffn.act = parse_activation(mlp, "activation");
+    ffn.gated = mlp.boolean("gated", true);
+  }
+
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    const std::string at = "block_pattern[" + std::to_string(i) + "]";
+    if (!pattern[i].is_string()) throw Error(k.where() + ": " + at + ": expected a string (m, m2 or t)");
+    const std::string kind = pattern[i].get<std::string>();
+    BlockSpec b;
+    if (kind == "m") {
+      b.mixer = MixerKind::Mamba1;
+      b.m1 = m1;
+    } else if (kind == "m2") {
+      if (d_inner % m2.head_dim != 0)
+        ssm.fail("head_dim", "must divide expand x hidden_size = " + std::to_string(d_inner));
+      b.mixer = MixerKind::Mamba2;
+      b.m2 = m2;
+      b.m2.n_heads = d_inner / m2.head_dim;
+      if (b.m2.n_heads % m2.n_groups != 0)
+        ssm.fail("n_groups", "must divide the Mamba-2 head count " + std::to_string(b.m2.n_heads));
+    } else if (kind == "t") {
+      b = t;
+    } else {
+      throw Error(k.where() + ": " + at + " = \"" + kind.substr(0, 32) +
+                  "\": unknown block kind (use m = Mamba-1, m2 = Mamba-2, t = attention)");
+    }
+    b.ffn = ffn;
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    b.names = {p + "mixer_norm.weight", p + "mixer.", p + "ffn_norm.weight", p + "ffn."};
+    c.blocks.push_back(b);
+  }
+  c.embedding_name = "model.embed_tokens.weight";
+  c.final_norm_name = "model.norm.weight";
+  return c;
+}
+
+}  // namespace hybridlm

@@ -1,0 +1,230 @@
+#!/usr/bin/python3
+"""Slow, float64 numpy reference forward for the hybrid families (attention + SSM + MLP/MoE).
+
+Written from the published math and the Hugging Face modeling code as summarised in
+research/hf-hybrid.md (C.3 onwards), independently of the engine: every recurrence is a plain
+loop over time (via mamba_ref's scans), attention is the dense causal softmax over all previous
+positions, MoE routes each token on its own.
+
+Families:  hybridlm (our block-pattern format, docs/model-format.md); the mamba_ssm families
+           (mamba, falcon_mamba, mamba2) are delegated to mamba_ref.
+
+Attention: q, k, v = u Wq^T, u Wk^T, u Wv^T split into heads; RoPE (rotate-half: dims j and
+           j + r/2 of the first r dims of a head form the pair rotated by pos * theta^(-2j/r));
+           scores = q k^T * scale with future positions masked; head h reads KV head
+           h // (n_heads / n_kv_heads); out = softmax(scores) v, then Wo.
+MLP:       down(act(gate u) * up u)  (gated)  or  down(act(up u))
+
+API:       load_model(dir) -> model;  forward(model, ids, norm_groups='grouped') -> (T, vocab)
+"""
+
+import json
+import math
+import os
+import sys
+
+import numpy as np
+
+sys.dont_write_bytecode = True
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import mamba_ref  # noqa: E402
+from mamba_ref import causal_conv1d, gated_rmsnorm, linear, rmsnorm, silu, softplus  # noqa: E402
+
+
+class Weights:
+    def __init__(self, tensors):
+        self.t = dict(tensors)
+        self.used = set()
+
+    def __call__(self, name, shape=None):
+        if name not in self.t:
+            raise KeyError("missing tensor " + name)
+        a = self.t[name]
+        if shape is not None and tuple(a.shape) != tuple(shape):
+            raise ValueError("%s has shape %s, expected %s" % (name, a.shape, tuple(shape)))
+        self.used.add(name)
+        return a
+
+    def opt(self, name, shape, present):
+        return self(name, shape) if present else None
+
+
+# --------------------------------------------------------------------------------------------
+# Mixers
+# --------------------------------------------------------------------------------------------
+
+
+def mamba1(w, p, u, H, I, N, R, K, proj_bias, conv_bias, dt_bc_norm_eps=None, dt_bc_weights=False):
+    """Mamba-1 (Gu & Dao 2023, Alg. 2) on u: (T, H); tensors under prefix p."""
+    xz = linear(u, w(p + "in_proj.weight", (2 * I, H)), w.opt(p + "in_proj.bias", (2 * I,), proj_bias))
+    x, z = xz[:, :I], xz[:, I:]
+    x = silu(causal_conv1d(x, w(p + "conv1d.weight", (I, 1, K)), w.opt(p + "conv1d.bias", (I,), conv_bias)))
+    dbc = linear(x, w(p + "x_proj.weight", (R + 2 * N, I)))
+    dt, B, C = dbc[:, :R], dbc[:, R:R + N], dbc[:, R + N:]
+    if dt_bc_norm_eps is not None:  # Jamba: RMSNorms with weights on dt, B, C
+        dt = rmsnorm(dt, w(p + "dt_layernorm.weight", (R,)) if dt_bc_weights else None, dt_bc_norm_eps)
+        B = rmsnorm(B, w(p + "b_layernorm.weight", (N,)) if dt_bc_weights else None, dt_bc_norm_eps)
+        C = rmsnorm(C, w(p + "c_layernorm.weight", (N,)) if dt_bc_weights else None, dt_bc_norm_eps)
+    delta = softplus(linear(dt, w(p + "dt_proj.weight", (I, R)), w(p + "dt_proj.bias", (I,))))
+    A = -np.exp(w(p + "A_log", (I, N)))
+    y = mamba_ref.mamba1_scan(x, delta, A, B, C, w(p + "D", (I,))) * silu(z)
+    return linear(y, w(p + "out_proj.weight", (H, I)), w.opt(p + "out_proj.bias", (H,), proj_bias))
+
+
+def mamba2(w, p, u, H, I, nh, G, N, K, proj_bias, conv_bias, eps, group_size, dt_limit=(0.0, math.inf),
+           out_bias=None):
+    """Mamba-2 (Dao & Gu 2024), sequential SSD recurrence, gate-then-norm."""
+    out_bias = proj_bias if out_bias is None else out_bias
+    T = u.shape[0]
+    P = I // nh
+    conv_dim = I + 2 * G * N
+    W = I + conv_dim + nh
+    zxbcdt = linear(u, w(p + "in_proj.weight", (W, H)), w.opt(p + "in_proj.bias", (W,), proj_bias))
+    z, xBC, dt = zxbcdt[:, :I], zxbcdt[:, I:I + conv_dim], zxbcdt[:, I + conv_dim:]
+    xBC = silu(causal_conv1d(xBC, w(p + "conv1d.weight", (conv_dim, 1, K)),
+                             w.opt(p + "conv1d.bias", (conv_dim,), conv_bias)))
+    x = xBC[:, :I].reshape(T, nh, P)
+    B = xBC[:, I:I + G * N].reshape(T, G, N)
+    C = xBC[:, I + G * N:].reshape(T, G, N)
+    delta = np.clip(softplus(dt + w(p + "dt_bias", (nh,))), dt_limit[0], dt_limit[1])
+    A = -np.exp(w(p + "A_log", (nh,)))
+    y = mamba_ref.mamba2_scan(x, delta, A, B, C, w(p + "D", (nh,)), nh // G).reshape(T, I)
+    y = gated_rmsnorm(y, z, w(p + "norm.weight", (I,)), eps, group_size)
+    return linear(y, w(p + "out_proj.weight", (H, I)), w.opt(p + "out_proj.bias", (H,), out_bias))
+
+
+def rope(x, rot, theta):
+    """x: (T, heads, hd); rotate-half RoPE on the first `rot` dims at positions 0..T-1."""
+    if rot == 0:
+        return x
+    T = x.shape[0]
+    half = rot // 2
+    inv = theta ** (-2.0 * np.arange(half) / rot)                 # (half,)
+    ang = np.arange(T)[:, None] * inv[None, :]                    # (T, half)
+    c, s = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
+    out = x.copy()
+    a, b = x[:, :, :half], x[:, :, half:rot]
+    out[:, :, :half] = a * c - b * s
+    out[:, :, half:rot] = b * c + a * s
+    return out
+
+
+def attention(w, p, u, H, heads, kv_heads, hd, rot, theta, scale=None, bias=False, qk_norm_eps=None,
+              o_name="o_proj"):
+    """Causal GQA softmax attention over the whole sequence (positions 0..T-1)."""
+    T = u.shape[0]
+    q = linear(u, w(p + "q_proj.weight", (heads * hd, H)), w.opt(p + "q_proj.bias", (heads * hd,), bias))
+    k = linear(u, w(p + "k_proj.weight", (kv_heads * hd, H)), w.opt(p + "k_proj.bias", (kv_heads * hd,), bias))
+    v = linear(u, w(p + "v_proj.weight", (kv_heads * hd, H)), w.opt(p + "v_proj.bias", (kv_heads * hd,), bias))
+    q, k, v = q.reshape(T, heads, hd), k.reshape(T, kv_heads, hd), v.reshape(T, kv_heads, hd)
+    if qk_norm_eps is not None:
+        q = rmsnorm(q, w(p + "q_norm.weight", (hd,)), qk_norm_eps)
+        k = rmsnorm(k, w(p + "k_norm.weight", (hd,)), qk_norm_eps)
+    q, k = rope(q, rot, theta), rope(k, rot, theta)
+    scale = hd ** -0.5 if scale is None else scale
+    rep = heads // kv_heads
+    y = np.zeros((T, heads, hd))
+    for h in range(heads):
+        s = (q[:, h, :] @ k[:, h // rep, :].T) * scale             # (T, T)
+        s = np.where(np.tril(np.ones((T, T), dtype=bool)), s, -np.inf)
+        s = np.exp(s - s.max(axis=1, keepdims=True))
+        y[:, h, :] = (s / s.sum(axis=1, keepdims=True)) @ v[:, h // rep, :]
+    return linear(y.reshape(T, heads * hd), w(p + o_name + ".weight", (H, heads * hd)))
+
+
+ACTS = {
+    "silu": silu,
+    "gelu": lambda x: 0.5 * x * (1.0 + np.vectorize(math.erf)(x / math.sqrt(2.0))),
+    "relu2": lambda x: np.maximum(x, 0.0) ** 2,
+}
+
+
+def mlp(w, p, u, H, F, act, gated=True, names=("gate_proj", "up_proj", "down_proj")):
+    gate, up, down = names
+    a = ACTS[act]
+    if gated:
+        g = a(linear(u, w(p + gate + ".weight", (F, H)))) * linear(u, w(p + up + ".weight", (F, H)))
+    else:
+        g = a(linear(u, w(p + up + ".weight", (F, H))))
+    return linear(g, w(p + down + ".weight", (H, F)))
+
+
+# --------------------------------------------------------------------------------------------
+# Families
+# --------------------------------------------------------------------------------------------
+
+
+def hybridlm_forward(c, w, ids, norm_groups):
+    H, V = int(c["hidden_size"]), int(c["vocab_size"])
+    eps = float(c.get("rms_norm_eps", 1e-5))
+    ssm, att, mc = c.get("ssm", {}), c.get("attention", {}), c.get("mlp", {})
+    I = int(ssm.get("expand", 2) * H)
+    N, K = int(ssm.get("d_state", 16)), int(ssm.get("d_conv", 4))
+    R = ssm.get("dt_rank", "auto")
+    R = math.ceil(H / 16) if R == "auto" else int(R)
+    P, G = int(ssm.get("head_dim", 64)), int(ssm.get("n_groups", 1))
+    conv_bias, proj_bias = bool(ssm.get("conv_bias", True)), bool(ssm.get("proj_bias", False))
+    heads = int(att.get("num_heads", 8))
+    kv_heads = int(att.get("num_kv_heads", heads))
+    hd = int(att.get("head_dim", H // heads))
+    rot = int(float(att.get("partial_rotary_factor", 1.0)) * hd)
+    theta = float(att.get("rope_theta", 10000.0))
+    F = int(mc.get("intermediate_size", 0))
+    h = w("model.embed_tokens.weight", (V, H))[ids]
+    for i, kind in enumerate(c["block_pattern"]):
+        p = "model.layers.%d." % i
+        u = rmsnorm(h, w(p + "mixer_norm.weight", (H,)), eps)
+        if kind == "m":
+            h = h + mamba1(w, p + "mixer.", u, H, I, N, R, K, proj_bias, conv_bias)
+        elif kind == "m2":
+            gs = I // G if norm_groups == "grouped" else I
+            h = h + mamba2(w, p + "mixer.", u, H, I, I // P, G, N, K, proj_bias, conv_bias, eps, gs)
+        elif kind == "t":
+            qk_eps = eps if att.get("qk_norm", False) else None
+            h = h + attention(w, p + "mixer.", u, H, heads, kv_heads, hd, rot, theta,
+                              bias=bool(att.get("bias", False)), qk_norm_eps=qk_eps)
+        else:
+            raise ValueError("unknown block kind %r" % kind)
+        if F > 0:
+            u = rmsnorm(h, w(p + "ffn_norm.weight", (H,)), eps)
+            h = h + mlp(w, p + "ffn.", u, H, F, mc.get("activation", "silu"), bool(mc.get("gated", True)))
+    h = rmsnorm(h, w("model.norm.weight", (H,)), eps)
+    tie = bool(c.get("tie_word_embeddings", True))
+    return h @ (w("model.embed_tokens.weight") if tie else w("lm_head.weight", (V, H))).T
+
+
+FAMILIES = {"hybridlm": hybridlm_forward}
+
+
+class Model:
+    def __init__(self, config, tensors):
+        self.config = config
+        self.model_type = config["model_type"]
+        self.vocab = int(config["vocab_size"])
+        self.tensors = tensors
+
+
+def load_model(model_dir):
+    with open(os.path.join(model_dir, "config.json"), encoding="utf-8") as f:
+        config = json.load(f)
+    if config.get("model_type") in ("mamba", "falcon_mamba", "mamba2"):
+        return mamba_ref.Model(config, mamba_ref.read_weights(model_dir))
+    if config.get("model_type") not in FAMILIES:
+        raise ValueError("unsupported model_type %r" % config.get("model_type"))
+    return Model(config, mamba_ref.read_weights(model_dir))
+
+
+def forward(model, ids, norm_groups="grouped"):
+    """Logits, float64 (T, vocab)."""
+    if isinstance(model, mamba_ref.Model):
+        return mamba_ref.forward(model, ids, norm_groups)
+    ids = np.asarray(ids, dtype=np.int64)
+    if ids.ndim != 1 or ids.size == 0 or ids.min() < 0 or ids.max() >= model.vocab:
+        raise ValueError("ids must be a non-empty 1-D sequence in [0, %d)" % model.vocab)
+    w = Weights(model.tensors)
+    logits = FAMILIES[model.model_type](model.config, w, ids, norm_groups)
+    unused = set(model.tensors) - w.used - {"lm_head.weight"}
+    if unused:  # every tensor of the checkpoint must take part (catches a misread config)
+        raise ValueError("tensors the reference never read: %s" % sorted(unused)[:5])
+    return logits
