@@ -159,6 +159,42 @@ def hybridlm_config(hidden, vocab, pattern, d_state=16, head_dim=16, n_groups=1,
     }
 
 
+def jamba_config(hidden, layers, vocab, heads, kv_heads, d_ff, experts, top_k, d_state=16, attn_period=8,
+                 attn_offset=4, expert_period=2, expert_offset=1, tie=False):
+    """A JambaConfig with every key transformers writes that the engine reads."""
+    return {
+        "architectures": ["JambaForCausalLM"], "model_type": "jamba",
+        "hidden_size": hidden, "num_hidden_layers": layers, "vocab_size": vocab,
+        "num_attention_heads": heads, "num_key_value_heads": kv_heads, "intermediate_size": d_ff,
+        "hidden_act": "silu", "rms_norm_eps": 1e-6, "tie_word_embeddings": tie,
+        "num_experts": experts, "num_experts_per_tok": top_k,
+        "expert_layer_period": expert_period, "expert_layer_offset": expert_offset,
+        "attn_layer_period": attn_period, "attn_layer_offset": attn_offset,
+        "mamba_d_state": d_state, "mamba_d_conv": 4, "mamba_expand": 2, "mamba_dt_rank": "auto",
+        "mamba_conv_bias": True, "mamba_proj_bias": False, "use_mamba_kernels": False,
+        "max_position_embeddings": 262144, "sliding_window": None, "router_aux_loss_coef": 0.001,
+        "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0, "torch_dtype": "float32",
+    }
+
+
+def bamba_config(hidden, layers, vocab, heads, kv_heads, d_ff, attn_idx, n_heads, d_state, groups=1,
+                 chunk=256, tie=False):
+    """A BambaConfig (mamba_d_head "auto" = expand * hidden / mamba_n_heads)."""
+    return {
+        "architectures": ["BambaForCausalLM"], "model_type": "bamba",
+        "hidden_size": hidden, "num_hidden_layers": layers, "vocab_size": vocab,
+        "num_attention_heads": heads, "num_key_value_heads": kv_heads, "intermediate_size": d_ff,
+        "hidden_act": "silu", "rms_norm_eps": 1e-5, "tie_word_embeddings": tie,
+        "attn_layer_indices": list(attn_idx), "attention_bias": False, "mlp_bias": False,
+        "mamba_n_heads": n_heads, "mamba_d_head": "auto", "mamba_n_groups": groups, "mamba_d_state": d_state,
+        "mamba_d_conv": 4, "mamba_expand": 2, "mamba_chunk_size": chunk, "mamba_conv_bias": True,
+        "mamba_proj_bias": False, "time_step_min": 0.001, "time_step_max": 0.1,
+        "time_step_limit": [0.0, float("inf")], "rope_theta": 10000.0, "partial_rotary_factor": 0.5,
+        "max_position_embeddings": 262144, "z_loss_coefficient": 0.0,
+        "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0, "torch_dtype": "float32",
+    }
+
+
 # Full-size shapes are the public Hugging Face configs (token ids marked "unverified" where
 # only the shapes were checked); tiny ones are for tests.
 PRESETS = {
@@ -180,6 +216,12 @@ PRESETS = {
     "mamba2-tiny": lambda: mamba2_config(64, 2, 512, 8, 16, 16, 1, chunk=16, tie=True),
     # Our block-pattern format: every mixer kind, GQA attention with RoPE, a SwiGLU MLP.
     "hybridlm-tiny": lambda: hybridlm_config(64, 512, ["m2", "t", "m", "m2", "t"]),
+    # Jamba pattern at test size: attention at layer 2 of every 4, MoE (top-2 of 4) on odd layers.
+    "jamba-tiny": lambda: jamba_config(64, 4, 512, 4, 2, 96, 4, 2, attn_period=4, attn_offset=2),
+    # ai21labs/AI21-Jamba-Mini-1.5 shape (52B total): for `plan`, not for tests.
+    "jamba-mini": lambda: jamba_config(4096, 32, 65536, 32, 8, 14336, 16, 2),
+    # Bamba at test size: attention at layers 1 and 3 with half-rotary RoPE.
+    "bamba-tiny": lambda: bamba_config(64, 4, 512, 4, 2, 96, [1, 3], 8, 16, chunk=16),
 }
 
 # --------------------------------------------------------------------------------------------
@@ -382,7 +424,82 @@ def tensor_specs(cfg, embedding_name):
     return [s if len(s) == 4 else s + (s[0],) for s in specs]
 
 
-HYBRID_SPECS = {"hybridlm": hybridlm_specs}
+def jamba_attention_layers(cfg):
+    L = int(cfg["num_hidden_layers"])
+    if "layers_block_type" in cfg:
+        return [t in ("attention", "full_attention") for t in cfg["layers_block_type"]]
+    period, offset = int(cfg.get("attn_layer_period", 8)), int(cfg.get("attn_layer_offset", 4))
+    return [i % period == offset for i in range(L)]
+
+
+def jamba_specs(cfg):
+    """JambaForCausalLM (research/hf-hybrid.md C.3)."""
+    H = int(cfg["hidden_size"])
+    tie = bool(cfg.get("tie_word_embeddings", False))
+    specs, tail = head_specs(cfg, tie, "model.embed_tokens.weight", "model.embed_tokens.weight",
+                             "model.final_layernorm.weight")
+    I = int(cfg.get("mamba_expand", 2) * H)
+    N, K = int(cfg.get("mamba_d_state", 16)), int(cfg.get("mamba_d_conv", 4))
+    R = cfg.get("mamba_dt_rank", "auto")
+    R = math.ceil(H / 16) if R == "auto" else int(R)
+    heads = int(cfg.get("num_attention_heads", 32))
+    kv_heads = int(cfg.get("num_key_value_heads", heads))
+    F = int(cfg.get("intermediate_size", 14336))
+    E = int(cfg.get("num_experts", 16))
+    eperiod, eoffset = int(cfg.get("expert_layer_period", 2)), int(cfg.get("expert_layer_offset", 1))
+    for i, is_attn in enumerate(jamba_attention_layers(cfg)):
+        p = "model.layers.%d." % i
+        specs.append((p + "input_layernorm.weight", (H,), NORM_INIT))
+        if is_attn:
+            specs += attention_specs(p + "self_attn.", H, heads, kv_heads, H // heads)
+        else:
+            specs += mamba1_mixer_specs(p + "mamba.", H, I, N, R, K, bool(cfg.get("mamba_proj_bias", False)),
+                                        bool(cfg.get("mamba_conv_bias", True)), dt_bc_norms=True)
+        specs.append((p + "pre_ff_layernorm.weight", (H,), NORM_INIT))
+        if E > 1 and i % eperiod == eoffset:
+            specs.append((p + "feed_forward.router.weight", (E, H), normal(0.25)))
+            for e in range(E):
+                specs += mlp_specs(p + "feed_forward.experts.%d." % e, H, F)
+        else:
+            specs += mlp_specs(p + "feed_forward.", H, F)
+    return specs + tail
+
+
+def bamba_attention_layers(cfg):
+    L = int(cfg["num_hidden_layers"])
+    if "layers_block_type" in cfg:
+        return [t in ("attention", "full_attention") for t in cfg["layers_block_type"]]
+    idx = set(cfg.get("attn_layer_indices") or [])
+    return [i in idx for i in range(L)]
+
+
+def bamba_specs(cfg):
+    """BambaForCausalLM (research/hf-hybrid.md C.4)."""
+    H = int(cfg["hidden_size"])
+    tie = bool(cfg.get("tie_word_embeddings", False))
+    specs, tail = head_specs(cfg, tie, "model.embed_tokens.weight", "model.embed_tokens.weight",
+                             "model.final_layernorm.weight")
+    I = int(cfg.get("mamba_expand", 2) * H)
+    nh = int(cfg.get("mamba_n_heads", 128))
+    G, N, K = int(cfg.get("mamba_n_groups", 1)), int(cfg.get("mamba_d_state", 256)), int(cfg.get("mamba_d_conv", 4))
+    heads = int(cfg.get("num_attention_heads", 32))
+    kv_heads = int(cfg.get("num_key_value_heads", heads))
+    hd = int(cfg.get("head_dim") or H // heads)
+    F = int(cfg.get("intermediate_size", 14336))
+    for i, is_attn in enumerate(bamba_attention_layers(cfg)):
+        p = "model.layers.%d." % i
+        specs.append((p + "input_layernorm.weight", (H,), NORM_INIT))
+        if is_attn:
+            specs += attention_specs(p + "self_attn.", H, heads, kv_heads, hd)
+        else:
+            specs += mamba2_mixer_specs(p + "mamba.", H, I, nh, G, N, K, bool(cfg.get("mamba_proj_bias", False)),
+                                        bool(cfg.get("mamba_conv_bias", True)))
+        specs.append((p + "pre_ff_layernorm.weight", (H,), NORM_INIT))
+        specs += mlp_specs(p + "feed_forward.", H, F)
+    return specs + tail
+
+
+HYBRID_SPECS = {"hybridlm": hybridlm_specs, "jamba": jamba_specs, "bamba": bamba_specs}
 
 
 # --------------------------------------------------------------------------------------------

@@ -59,7 +59,7 @@ size_t Model::weight_bytes() const {
     for (const Matrix* m : {&l.m1.in_proj, &l.m1.x_proj, &l.m1.dt_proj, &l.m1.out_proj, &l.m2.in_proj, &l.m2.out_proj,
                             &l.attn.q_proj, &l.attn.k_proj, &l.attn.v_proj, &l.attn.o_proj, &l.ffn.router})
       n += m->bytes();
-    for (const auto* v : {&l.attn.q_bias, &l.attn.k_bias, &l.attn.v_bias, &l.attn.o_bias, &l.attn.q_norm, &l.attn.k_norm})
+    for (const auto* v : {&l.m1.dt_norm, &l.m1.b_norm, &l.m1.c_norm, &l.attn.q_bias, &l.attn.k_bias, &l.attn.v_bias, &l.attn.o_bias, &l.attn.q_norm, &l.attn.k_norm})
       n += v->size() * 4;
     n += mlp_bytes(l.ffn.mlp);
     for (const MlpWeights& e : l.ffn.experts) n += mlp_bytes(e);

@@ -29,8 +29,8 @@ struct Matrix {
   size_t bytes() const { return static_cast<size_t>(rows) * cols * (dtype == DType::BF16 ? 2 : 4); }
 };
 
-// An optional bias vector as a kernel argument: nullptr when the layer has none.
-inline const float* bias_or_null(const std::vector<float>& b) { return b.empty() ? nullptr : b.data(); }
+// An optional vector (bias, norm weight) as a kernel argument: nullptr when the layer has none.
+inline const float* data_or_null(const std::vector<float>& b) { return b.empty() ? nullptr : b.data(); }
 
 // Reads tensors from a checkpoint with shape checks whose errors name the tensor.
 class WeightReader {

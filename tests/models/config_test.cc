@@ -114,6 +114,68 @@ TEST(Config, BadConfigsNameTheProblem) {
   EXPECT_NE(error_of(json::array()).find("expected a JSON object"), std::string::npos);
 }
 
+TEST(Config, JambaPatternFromPeriodsAndLayerTypeSpellings) {
+  const json base = {{"model_type", "jamba"}, {"hidden_size", 64}, {"num_hidden_layers", 8}, {"vocab_size", 100},
+                     {"num_attention_heads", 4}, {"num_key_value_heads", 2}, {"intermediate_size", 96},
+                     {"num_experts", 4}, {"num_experts_per_tok", 2}, {"attn_layer_period", 4},
+                     {"attn_layer_offset", 2}};
+  HybridConfig c = parse_config(base, "config.json");
+  EXPECT_EQ(c.layer_pattern(), "mamba1+mlp x1, mamba1+moe x1, attention+mlp x1, mamba1+moe x1, mamba1+mlp x1, "
+                               "mamba1+moe x1, attention+mlp x1, mamba1+moe x1");
+  EXPECT_EQ(c.blocks[2].attn.rope_dim, 0) << "Jamba has no positional encoding";
+  EXPECT_TRUE(c.blocks[0].m1.dt_bc_rms_weights);
+  EXPECT_FLOAT_EQ(c.blocks[0].m1.dt_bc_rms_eps, 1e-6f);
+  EXPECT_EQ(c.blocks[1].ffn.top_k, 2);
+  EXPECT_FALSE(c.blocks[1].ffn.renormalize);
+  EXPECT_EQ(c.blocks[2].names.mixer, "model.layers.2.self_attn.");
+  EXPECT_EQ(c.blocks[3].names.mixer, "model.layers.3.mamba.");
+  // Both spellings of an explicit layer list.
+  json j = base;
+  j["num_hidden_layers"] = 3;
+  j["layers_block_type"] = {"mamba", "attention", "linear_attention"};
+  EXPECT_EQ(parse_config(j, "config.json").blocks[1].mixer, MixerKind::Attention);
+  j["layers_block_type"] = {"full_attention", "mamba", "mamba"};
+  EXPECT_EQ(parse_config(j, "config.json").blocks[0].mixer, MixerKind::Attention);
+  j["layers_block_type"] = {"mamba", "conv", "mamba"};
+  EXPECT_NE(error_of(j).find("layers_block_type = an array of 3: entry 1 is \"conv\": unknown layer type"), std::string::npos)
+      << error_of(j);
+  j["layers_block_type"] = {"mamba", "mamba"};
+  EXPECT_NE(error_of(j).find("has 2 entries for 3 layers"), std::string::npos) << error_of(j);
+  j = base;
+  j["attn_layer_offset"] = 4;
+  EXPECT_NE(error_of(j).find("attn_layer_offset = 4: must be in [0, attn_layer_period)"), std::string::npos);
+  j = base;
+  j["num_experts_per_tok"] = 5;
+  EXPECT_NE(error_of(j).find("num_experts_per_tok = 5: must be at most num_experts"), std::string::npos);
+  j = base;
+  j["num_experts"] = 1;  // one expert: every feed-forward is the dense MLP
+  EXPECT_EQ(parse_config(j, "config.json").blocks[1].ffn.kind, FfnKind::Mlp);
+}
+
+TEST(Config, BambaAttentionIndicesAndHalfRope) {
+  const json base = {{"model_type", "bamba"}, {"hidden_size", 64}, {"num_hidden_layers", 4}, {"vocab_size", 100},
+                     {"num_attention_heads", 4}, {"num_key_value_heads", 2}, {"intermediate_size", 96},
+                     {"attn_layer_indices", {1, 3}}, {"mamba_n_heads", 8}, {"mamba_d_head", "auto"},
+                     {"mamba_d_state", 16}, {"rope_parameters", {{"rope_theta", 500.0}, {"rope_type", "default"}}}};
+  HybridConfig c = parse_config(base, "config.json");
+  EXPECT_EQ(c.layer_pattern(), "mamba2+mlp x1, attention+mlp x1, mamba2+mlp x1, attention+mlp x1");
+  EXPECT_EQ(c.blocks[0].m2.head_dim, 16);
+  EXPECT_EQ(c.blocks[1].attn.rope_dim, 8);
+  EXPECT_FLOAT_EQ(c.blocks[1].attn.rope_theta, 500.0f);
+  json j = base;
+  j["attn_layer_indices"] = {1, 4};
+  EXPECT_NE(error_of(j).find("attn_layer_indices = an array of 2: entries must be layer indices in [0, num_hidden_layers = 4)"),
+            std::string::npos)
+      << error_of(j);
+  j = base;
+  j["mamba_n_heads"] = 5;
+  EXPECT_NE(error_of(j).find("mamba_n_heads = 5: must divide"), std::string::npos) << error_of(j);
+  j = base;
+  j["rope_parameters"]["rope_type"] = "yarn";
+  EXPECT_NE(error_of(j).find("rope_type = \"yarn\": only default RoPE is supported"), std::string::npos)
+      << error_of(j);
+}
+
 TEST(Config, HybridlmBlockPattern) {
   const json base = {{"model_type", "hybridlm"},
                      {"hidden_size", 64},

@@ -194,7 +194,90 @@ def hybridlm_forward(c, w, ids, norm_groups):
     return h @ (w("model.embed_tokens.weight") if tie else w("lm_head.weight", (V, H))).T
 
 
-FAMILIES = {"hybridlm": hybridlm_forward}
+def moe(w, p, u, H, F, E, top_k, renormalize):
+    """Softmax router over E experts, each token's top_k, weights p_e (renormalised if asked)."""
+    logits = linear(u, w(p + "router.weight", (E, H)))
+    out = np.zeros_like(u)
+    for t in range(u.shape[0]):
+        prob = np.exp(logits[t] - logits[t].max())
+        prob /= prob.sum()
+        top = np.argsort(-prob, kind="stable")[:top_k]
+        wts = prob[top] / (prob[top].sum() if renormalize else 1.0)
+        for e, wt in zip(top, wts):
+            out[t] += wt * mlp(w, p + "experts.%d." % e, u[t:t + 1], H, F, "silu")[0]
+    return out
+
+
+def layer_types(c, default_attn):
+    if "layers_block_type" in c:
+        return [t in ("attention", "full_attention") for t in c["layers_block_type"]]
+    return default_attn
+
+
+def jamba_forward(c, w, ids, norm_groups):
+    """JambaForCausalLM (hf-hybrid.md C.3): Mamba-1 with dt/B/C norms, no-PE attention, MoE."""
+    H, V, L = int(c["hidden_size"]), int(c["vocab_size"]), int(c["num_hidden_layers"])
+    eps = float(c.get("rms_norm_eps", 1e-6))
+    I = int(c.get("mamba_expand", 2) * H)
+    N, K = int(c.get("mamba_d_state", 16)), int(c.get("mamba_d_conv", 4))
+    R = c.get("mamba_dt_rank", "auto")
+    R = math.ceil(H / 16) if R == "auto" else int(R)
+    heads = int(c.get("num_attention_heads", 32))
+    kv = int(c.get("num_key_value_heads", heads))
+    F, E, k = int(c.get("intermediate_size", 14336)), int(c.get("num_experts", 16)), int(c.get("num_experts_per_tok", 2))
+    ap, ao = int(c.get("attn_layer_period", 8)), int(c.get("attn_layer_offset", 4))
+    ep, eo = int(c.get("expert_layer_period", 2)), int(c.get("expert_layer_offset", 1))
+    attn = layer_types(c, [i % ap == ao for i in range(L)])
+    h = w("model.embed_tokens.weight", (V, H))[ids]
+    for i in range(L):
+        p = "model.layers.%d." % i
+        u = rmsnorm(h, w(p + "input_layernorm.weight", (H,)), eps)
+        if attn[i]:
+            h = h + attention(w, p + "self_attn.", u, H, heads, kv, H // heads, 0, 10000.0)
+        else:
+            h = h + mamba1(w, p + "mamba.", u, H, I, N, R, K, bool(c.get("mamba_proj_bias", False)),
+                           bool(c.get("mamba_conv_bias", True)), dt_bc_norm_eps=eps, dt_bc_weights=True)
+        u = rmsnorm(h, w(p + "pre_ff_layernorm.weight", (H,)), eps)
+        if E > 1 and i % ep == eo:
+            h = h + moe(w, p + "feed_forward.", u, H, F, E, k, renormalize=False)
+        else:
+            h = h + mlp(w, p + "feed_forward.", u, H, F, "silu")
+    h = rmsnorm(h, w("model.final_layernorm.weight", (H,)), eps)
+    return h @ (w("model.embed_tokens.weight") if c.get("tie_word_embeddings", False) else w("lm_head.weight", (V, H))).T
+
+
+def bamba_forward(c, w, ids, norm_groups):
+    """BambaForCausalLM (hf-hybrid.md C.4): Mamba-2 + attention with RoPE on half of each head."""
+    H, V, L = int(c["hidden_size"]), int(c["vocab_size"]), int(c["num_hidden_layers"])
+    eps = float(c.get("rms_norm_eps", 1e-5))
+    I = int(c.get("mamba_expand", 2) * H)
+    nh = int(c.get("mamba_n_heads", 128))
+    G, N, K = int(c.get("mamba_n_groups", 1)), int(c.get("mamba_d_state", 256)), int(c.get("mamba_d_conv", 4))
+    lim = c.get("time_step_limit", [0.0, math.inf])
+    heads = int(c.get("num_attention_heads", 32))
+    kv = int(c.get("num_key_value_heads", heads))
+    hd = int(c.get("head_dim") or H // heads)
+    theta = float((c.get("rope_parameters") or {}).get("rope_theta", c.get("rope_theta", 10000.0)))
+    F = int(c.get("intermediate_size", 14336))
+    idx = set(c.get("attn_layer_indices") or [])
+    attn = layer_types(c, [i in idx for i in range(L)])
+    h = w("model.embed_tokens.weight", (V, H))[ids]
+    for i in range(L):
+        p = "model.layers.%d." % i
+        u = rmsnorm(h, w(p + "input_layernorm.weight", (H,)), eps)
+        if attn[i]:
+            h = h + attention(w, p + "self_attn.", u, H, heads, kv, hd, int(0.5 * hd), theta)
+        else:
+            gs = I // G if norm_groups == "grouped" else I
+            h = h + mamba2(w, p + "mamba.", u, H, I, nh, G, N, K, bool(c.get("mamba_proj_bias", False)),
+                           bool(c.get("mamba_conv_bias", True)), eps, gs, (float(lim[0]), float(lim[1])))
+        u = rmsnorm(h, w(p + "pre_ff_layernorm.weight", (H,)), eps)
+        h = h + mlp(w, p + "feed_forward.", u, H, F, "silu")
+    h = rmsnorm(h, w("model.final_layernorm.weight", (H,)), eps)
+    return h @ (w("model.embed_tokens.weight") if c.get("tie_word_embeddings", False) else w("lm_head.weight", (V, H))).T
+
+
+FAMILIES = {"hybridlm": hybridlm_forward, "jamba": jamba_forward, "bamba": bamba_forward}
 
 
 class Model:

@@ -90,6 +90,15 @@ CASES = [
                ' "qk_norm": true, "rope_theta": 500.0}',
       "--set", 'mlp={"intermediate_size": 96, "activation": "relu2", "gated": false}',
       "--set", 'ssm={"d_state": 8, "head_dim": 8, "n_groups": 2, "chunk_size": 8, "dt_rank": 5}'], 45),
+    # Jamba: Mamba-1 with dt/B/C norms, attention without positions, MoE top-2 of 4 (no renorm).
+    ("jamba-tiny", ["--preset", "jamba-tiny"], 41),
+    ("jamba 8 layers, MQA, top-1 of 3, tied", ["--preset", "jamba-tiny", "--layers", "8", "--tie",
+                                              "--set", "num_key_value_heads=1", "--set", "num_experts=3",
+                                              "--set", "num_experts_per_tok=1"], 36),
+    # Bamba: Mamba-2 + attention with RoPE on half of each head.
+    ("bamba-tiny", ["--preset", "bamba-tiny"], 39),
+    ("bamba n_groups 2, full-width norm, T 300", ["--preset", "bamba-tiny", "--set", "mamba_n_groups=2"], 300,
+     {"engine": ["--mamba2-norm", "full"], "norm": "full"}),
     ("hybridlm gelu MLP, attention with bias, bf16 on disk",
      ["--preset", "hybridlm-tiny", "--dtype", "bf16", "--set", 'block_pattern=["m", "t"]',
       "--set", 'attention={"num_heads": 2, "num_kv_heads": 2, "bias": true}',

@@ -1,5 +1,9 @@
 #include "models/arch/families.h"
 
+#include <limits>
+
+#include "base/json.h"
+
 namespace hybridlm {
 
 const std::vector<Family>& families() {
@@ -8,6 +12,8 @@ const std::vector<Family>& families() {
       {"falcon_mamba", {"FalconMambaForCausalLM"}, parse_falcon_mamba},
       {"mamba2", {"Mamba2ForCausalLM"}, parse_mamba2},
       {"hybridlm", {"HybridLMForCausalLM"}, parse_hybridlm},
+      {"jamba", {"JambaForCausalLM"}, parse_jamba},
+      {"bamba", {"BambaForCausalLM"}, parse_bamba},
   };
   return table;
 }
@@ -45,6 +51,50 @@ int rotary_dims(const JsonKeys& k, const char* key, double factor, int head_dim)
   const int dims = static_cast<int>(factor * head_dim);
   if (dims % 2 != 0) k.fail(key, "gives " + std::to_string(dims) + " rotary dims; need an even number");
   return dims;
+}
+
+std::vector<bool> read_attention_layers(const JsonKeys& k, const char* key, int n_layers) {
+  const nlohmann::json& list = k.raw(key);
+  if (!list.is_array()) k.fail(key, "expected a list of layer types");
+  if (static_cast<int64_t>(list.size()) != n_layers)
+    k.fail(key, "has " + std::to_string(list.size()) + " entries for " + std::to_string(n_layers) + " layers");
+  std::vector<bool> attn;
+  for (size_t i = 0; i < list.size(); ++i) {
+    const std::string t = list[i].is_string() ? list[i].get<std::string>() : "";
+    if (t == "attention" || t == "full_attention") attn.push_back(true);
+    else if (t == "mamba" || t == "linear_attention") attn.push_back(false);
+    else
+      k.fail(key, "entry " + std::to_string(i) + " is " + json_brief(list[i]) +
+                      ": unknown layer type (use mamba / linear_attention or attention / full_attention)");
+  }
+  return attn;
+}
+
+float read_rope_theta(const JsonKeys& k, double def) {
+  if (k.has("rope_parameters")) {
+    if (!k.raw("rope_parameters").is_object()) k.fail("rope_parameters", "expected an object");
+    const JsonKeys rp(k.raw("rope_parameters"), k.where() + ": rope_parameters");
+    const std::string type = rp.string("rope_type", "default");
+    if (type != "default") rp.fail("rope_type", "only default RoPE is supported");
+    if (rp.has("rope_theta")) return rp.positive_number("rope_theta", def);
+  }
+  return k.positive_number("rope_theta", def);
+}
+
+void read_time_step_limit(const JsonKeys& k, const char* key, Mamba2Spec& m) {
+  if (!k.has(key)) return;
+  const auto& lim = k.raw(key);
+  if (!lim.is_array() || lim.size() != 2) k.fail(key, "expected [min, max]");
+  auto bound = [&](const nlohmann::json& v, float missing) {
+    if (v.is_number()) return v.get<float>();
+    if (v.is_string() && (v.get<std::string>() == "inf" || v.get<std::string>() == "Infinity"))
+      return std::numeric_limits<float>::infinity();
+    if (v.is_null()) return missing;
+    k.fail(key, "expected numbers");
+  };
+  m.dt_min = bound(lim[0], 0.0f);
+  m.dt_max = bound(lim[1], std::numeric_limits<float>::infinity());
+  if (!(m.dt_min <= m.dt_max) || m.dt_min < 0) k.fail(key, "need 0 <= min <= max");
 }
 
 void name_backbone_layers(HybridConfig& c) {

@@ -41,10 +41,21 @@ AttentionSpec read_attention(const JsonKeys& k, int hidden, const char* heads_ke
 // rope_dim from a partial rotary factor in [0, 1] (0 = no positions); must give an even count.
 int rotary_dims(const JsonKeys& k, const char* key, double factor, int head_dim);
 
+// Which layers are attention, from a list of layer types (`layers_block_type`, `layer_types`):
+// "attention" / "full_attention" and "mamba" / "linear_attention"; anything else, or a list
+// whose length is not n_layers, is an error naming the entry.
+std::vector<bool> read_attention_layers(const JsonKeys& k, const char* key, int n_layers);
+// RoPE base from `rope_parameters.rope_theta` (transformers 5) or `rope_theta`.
+float read_rope_theta(const JsonKeys& k, double def);
+// The Hugging Face Mamba-2 time_step_limit pair [min, max] (null / "inf" / Infinity allowed).
+void read_time_step_limit(const JsonKeys& k, const char* key, Mamba2Spec& m);
+
 // Adapters (one file each).
 HybridConfig parse_mamba(const JsonKeys& keys, NormGrouping);
 HybridConfig parse_falcon_mamba(const JsonKeys& keys, NormGrouping);
 HybridConfig parse_mamba2(const JsonKeys& keys, NormGrouping mamba2_norm);
 HybridConfig parse_hybridlm(const JsonKeys& keys, NormGrouping mamba2_norm);
+HybridConfig parse_jamba(const JsonKeys& keys, NormGrouping mamba2_norm);
+HybridConfig parse_bamba(const JsonKeys& keys, NormGrouping mamba2_norm);
 
 }  // namespace hybridlm

@@ -32,20 +32,7 @@ HybridConfig parse_mamba2(const JsonKeys& k, NormGrouping mamba2_norm) {
                             " must equal expand x hidden_size = " + std::to_string(m.d_inner));
   if (m.n_heads % m.n_groups != 0)
     k.fail("n_groups", "must divide num_heads = " + std::to_string(m.n_heads));
-  if (k.has("time_step_limit")) {
-    const auto& lim = k.raw("time_step_limit");
-    if (!lim.is_array() || lim.size() != 2) k.fail("time_step_limit", "expected [min, max]");
-    auto bound = [&](const nlohmann::json& v, float inf) {
-      if (v.is_number()) return v.get<float>();
-      if (v.is_string() && (v.get<std::string>() == "inf" || v.get<std::string>() == "Infinity"))
-        return std::numeric_limits<float>::infinity();
-      if (v.is_null()) return inf;
-      k.fail("time_step_limit", "expected numbers");
-    };
-    m.dt_min = bound(lim[0], 0.0f);
-    m.dt_max = bound(lim[1], std::numeric_limits<float>::infinity());
-    if (!(m.dt_min <= m.dt_max) || m.dt_min < 0) k.fail("time_step_limit", "need 0 <= min <= max");
-  }
+  read_time_step_limit(k, "time_step_limit", m);
   const int n_layers = k.positive("num_hidden_layers", 64, 1 << 14);
   BlockSpec b;
   b.mixer = MixerKind::Mamba2;

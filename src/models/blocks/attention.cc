@@ -35,9 +35,9 @@ void attention_forward(const KernelContext& ctx, const AttentionSpec& s, const A
   sc.v.resize(static_cast<size_t>(T) * kv_dim);
   sc.y.resize(static_cast<size_t>(T) * q_dim);
   // q: (T, nH*hd), k, v: (T, nKV*hd)
-  cpu::matmul(ctx, w.q_proj.view(), bias_or_null(w.q_bias), u, T, sc.q.data());
-  cpu::matmul(ctx, w.k_proj.view(), bias_or_null(w.k_bias), u, T, sc.k.data());
-  cpu::matmul(ctx, w.v_proj.view(), bias_or_null(w.v_bias), u, T, sc.v.data());
+  cpu::matmul(ctx, w.q_proj.view(), data_or_null(w.q_bias), u, T, sc.q.data());
+  cpu::matmul(ctx, w.k_proj.view(), data_or_null(w.k_bias), u, T, sc.k.data());
+  cpu::matmul(ctx, w.v_proj.view(), data_or_null(w.v_bias), u, T, sc.v.data());
   if (s.qk_norm) {  // per head: rows of hd
     cpu::rmsnorm(ctx, sc.q.data(), w.q_norm.data(), T * s.n_heads, hd, s.qk_norm_eps, sc.q.data());
     cpu::rmsnorm(ctx, sc.k.data(), w.k_norm.data(), T * s.n_kv_heads, hd, s.qk_norm_eps, sc.k.data());
@@ -58,7 +58,7 @@ void attention_forward(const KernelContext& ctx, const AttentionSpec& s, const A
     cpu::attention(ctx, q, q_dim, r.kv, r.pos0, r.len, s.n_heads, s.softmax_scale(), sc.y.data() + o * q_dim);
   }
   // out: (T, H) = y @ o_proj^T
-  cpu::matmul(ctx, w.o_proj.view(), bias_or_null(w.o_bias), sc.y.data(), T, out);
+  cpu::matmul(ctx, w.o_proj.view(), data_or_null(w.o_bias), sc.y.data(), T, out);
 }
 
 }  // namespace hybridlm

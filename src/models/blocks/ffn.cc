@@ -39,14 +39,14 @@ static void mlp_forward(const KernelContext& ctx, const FfnSpec& s, const MlpWei
   sc.g.resize(static_cast<size_t>(T) * F);
   if (s.gated) {
     sc.b.resize(static_cast<size_t>(T) * F);
-    cpu::matmul(ctx, w.gate.view(), bias_or_null(w.gate_bias), x, T, sc.a.data());  // a: (T, F)
-    cpu::matmul(ctx, w.up.view(), bias_or_null(w.up_bias), x, T, sc.b.data());      // b: (T, F)
+    cpu::matmul(ctx, w.gate.view(), data_or_null(w.gate_bias), x, T, sc.a.data());  // a: (T, F)
+    cpu::matmul(ctx, w.up.view(), data_or_null(w.up_bias), x, T, sc.b.data());      // b: (T, F)
     cpu::activation(ctx, s.act, sc.a.data(), sc.b.data(), F, T, F, sc.g.data());   // g = act(a) * b
   } else {
-    cpu::matmul(ctx, w.up.view(), bias_or_null(w.up_bias), x, T, sc.a.data());
+    cpu::matmul(ctx, w.up.view(), data_or_null(w.up_bias), x, T, sc.a.data());
     cpu::activation(ctx, s.act, sc.a.data(), nullptr, F, T, F, sc.g.data());
   }
-  cpu::matmul(ctx, w.down.view(), bias_or_null(w.down_bias), sc.g.data(), T, out);  // (T, H)
+  cpu::matmul(ctx, w.down.view(), data_or_null(w.down_bias), sc.g.data(), T, out);  // (T, H)
 }
 
 // Softmax over the experts, the top_k largest (ties: lower expert id first), optionally

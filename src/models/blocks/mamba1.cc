@@ -21,6 +21,11 @@ Mamba1Weights load_mamba1(const WeightReader& r, const std::string& p, const Mam
   w.D = r.vector(p + "D", {I});
   w.out_proj = r.matrix(p + "out_proj.weight", {H, I});
   if (s.proj_bias) w.out_proj_bias = r.vector(p + "out_proj.bias", {H});
+  if (s.dt_bc_rms_weights) {  // Jamba
+    w.dt_norm = r.vector(p + "dt_layernorm.weight", {R});
+    w.b_norm = r.vector(p + "b_layernorm.weight", {N});
+    w.c_norm = r.vector(p + "c_layernorm.weight", {N});
+  }
   return w;
 }
 
@@ -40,20 +45,20 @@ void mamba1_forward(const KernelContext& ctx, const Mamba1Spec& s, const Mamba1W
   sc.y.resize(static_cast<size_t>(T) * I);
 
   // xz: (T, 2I) = u @ in_proj^T; x = xz[:, :I], z = xz[:, I:]
-  cpu::matmul(ctx, w.in_proj.view(), bias_or_null(w.in_proj_bias), u, T, sc.xz.data());
+  cpu::matmul(ctx, w.in_proj.view(), data_or_null(w.in_proj_bias), u, T, sc.xz.data());
   // xc: (T, I) = silu(causal_conv(x)), per sequence from its conv state
   for (const SeqRun& r : runs)
     cpu::conv1d_causal(ctx, sc.xz.data() + static_cast<size_t>(r.start) * 2 * I, 2 * I, w.conv_w.data(),
-                       bias_or_null(w.conv_b), r.conv_state, r.len, I, K, true,
+                       data_or_null(w.conv_b), r.conv_state, r.len, I, K, true,
                        sc.xc.data() + static_cast<size_t>(r.start) * I);
   // xdbc: (T, R + 2N) = xc @ x_proj^T -> dt_in (R), B (N), C (N)
   cpu::matmul(ctx, w.x_proj.view(), nullptr, sc.xc.data(), T, sc.xdbc.data());
   for (int t = 0; t < T; ++t) {
     float* row = sc.xdbc.data() + static_cast<size_t>(t) * ld_dbc;
-    if (s.dt_bc_rms) {  // FalconMamba: weightless RMS norm of dt_in, B and C separately
-      cpu::rmsnorm(ctx, row, nullptr, 1, R, s.dt_bc_rms_eps, row);
-      cpu::rmsnorm(ctx, row + R, nullptr, 1, N, s.dt_bc_rms_eps, row + R);
-      cpu::rmsnorm(ctx, row + R + N, nullptr, 1, N, s.dt_bc_rms_eps, row + R + N);
+    if (s.dt_bc_rms) {  // RMS norm of dt_in, B and C separately (FalconMamba: no weights; Jamba: weights)
+      cpu::rmsnorm(ctx, row, data_or_null(w.dt_norm), 1, R, s.dt_bc_rms_eps, row);
+      cpu::rmsnorm(ctx, row + R, data_or_null(w.b_norm), 1, N, s.dt_bc_rms_eps, row + R);
+      cpu::rmsnorm(ctx, row + R + N, data_or_null(w.c_norm), 1, N, s.dt_bc_rms_eps, row + R + N);
     }
     std::copy(row, row + R, sc.dt_in.data() + static_cast<size_t>(t) * R);
   }
@@ -69,7 +74,7 @@ void mamba1_forward(const KernelContext& ctx, const Mamba1Spec& s, const Mamba1W
                      sc.y.data() + o * I);
   }
   // out: (T, H) = y @ out_proj^T
-  cpu::matmul(ctx, w.out_proj.view(), bias_or_null(w.out_proj_bias), sc.y.data(), T, out);
+  cpu::matmul(ctx, w.out_proj.view(), data_or_null(w.out_proj_bias), sc.y.data(), T, out);
 }
 
 }  // namespace hybridlm

@@ -24,6 +24,7 @@ struct Mamba1Weights {
   std::vector<float> dt_bias;  // (I)
   std::vector<float> A;       // (I, N) = -exp(A_log), precomputed at load
   std::vector<float> D;       // (I)
+  std::vector<float> dt_norm, b_norm, c_norm;  // (R), (N), (N): Jamba's dt/B/C RMSNorm weights
 };
 
 struct Mamba1Scratch {

@@ -53,11 +53,11 @@ void mamba2_forward(const KernelContext& ctx, const Mamba2Spec& s, const Mamba2W
   sc.g.resize(static_cast<size_t>(T) * I);
 
   // zxbcdt: (T, W) = u @ in_proj^T
-  cpu::matmul(ctx, w.in_proj.view(), bias_or_null(w.in_proj_bias), u, T, sc.zxbcdt.data());
+  cpu::matmul(ctx, w.in_proj.view(), data_or_null(w.in_proj_bias), u, T, sc.zxbcdt.data());
   // xbc: (T, conv_dim) = silu(causal_conv(xBC)), per sequence from its conv state
   for (const SeqRun& r : runs)
     cpu::conv1d_causal(ctx, sc.zxbcdt.data() + static_cast<size_t>(r.start) * W + xbc_off, W, w.conv_w.data(),
-                       bias_or_null(w.conv_b), r.conv_state, r.len, conv_dim, K, true,
+                       data_or_null(w.conv_b), r.conv_state, r.len, conv_dim, K, true,
                        sc.xbc.data() + static_cast<size_t>(r.start) * conv_dim);
   // dt: (T, nh) = clamp(softplus(dt_raw + dt_bias), time_step_limit)
   for (int t = 0; t < T; ++t)
@@ -87,7 +87,7 @@ void mamba2_forward(const KernelContext& ctx, const Mamba2Spec& s, const Mamba2W
   cpu::gated_rmsnorm(ctx, sc.y.data(), sc.zxbcdt.data() + z_off, W, w.norm_w.data(), T, I, group, s.norm_eps,
                      sc.g.data());
   // out: (T, H) = g @ out_proj^T
-  cpu::matmul(ctx, w.out_proj.view(), bias_or_null(w.out_proj_bias), sc.g.data(), T, out);
+  cpu::matmul(ctx, w.out_proj.view(), data_or_null(w.out_proj_bias), sc.g.data(), T, out);
 }
 
 }  // namespace hybridlm
