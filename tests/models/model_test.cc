@@ -219,6 +219,129 @@ TEST_P(ModelInvariants, BadTokenLateInALongPromptFailsBeforeAnyChunkRuns) {
   EXPECT_EQ(before, after);
 }
 
+// One decode step of sequence s: logits of token `id`.
+std::vector<float> decode(Engine& e, int s, int32_t id) {
+  const BatchRun run{s, 1};
+  const int row = 0;
+  std::span<const float> l = e.step(std::span(&id, 1), std::span(&run, 1), std::span(&row, 1));
+  return {l.begin(), l.end()};
+}
+
+std::vector<float> decode_all(Engine& e, int s, const std::vector<int32_t>& ids) {
+  std::vector<float> out;
+  for (int32_t id : ids) {
+    const auto l = decode(e, s, id);
+    out.insert(out.end(), l.begin(), l.end());
+  }
+  return out;
+}
+
+TEST_P(ModelInvariants, SnapshotDecodeRestoreDecodeAgainGivesTheSameLogits) {
+  Engine e(fixtures() / GetParam(), opts());
+  const int V = e.vocab_size();
+  const auto prompt = random_ids(19, V, 21), cont = random_ids(6, V, 22);
+  const int s = e.new_sequence();
+  e.prefill(s, prompt, false);
+  const Snapshot snap = e.cache().snapshot(s);
+  const auto first = decode_all(e, s, cont);
+  e.cache().restore(s, snap);
+  EXPECT_EQ(e.cache().seq_length(s), 19);
+  const auto second = decode_all(e, s, cont);
+  EXPECT_EQ(first, second);
+  // Restored into another sequence, too.
+  const int t = e.new_sequence();
+  e.cache().restore(t, snap);
+  EXPECT_EQ(decode_all(e, t, cont), first);
+}
+
+TEST_P(ModelInvariants, CropThenRedecodeRepeatsTheOriginalContinuation) {
+  Engine e(fixtures() / GetParam(), opts());
+  const int V = e.vocab_size();
+  const auto prompt = random_ids(21, V, 23), cont = random_ids(9, V, 24);
+  const int s = e.new_sequence();
+  e.prefill(s, prompt, false);
+  e.cache().keep_snapshot(s);  // at 21 tokens
+  const auto original = decode_all(e, s, cont);
+  decode_all(e, s, random_ids(4, V, 25));  // wander off
+  if (e.cache().has_state()) {
+    EXPECT_THROW(e.cache().crop(s, 20), Error) << "no snapshot covers 20 tokens";
+  }
+  e.cache().crop(s, 21);
+  EXPECT_EQ(e.cache().seq_length(s), 21);
+  EXPECT_EQ(decode_all(e, s, cont), original);
+}
+
+TEST_P(ModelInvariants, ReorderGathersWholeSequencesLikeBeamSearch) {
+  Engine e(fixtures() / GetParam(), opts());
+  const int V = e.vocab_size();
+  std::vector<std::vector<int32_t>> prompts = {random_ids(7, V, 31), random_ids(12, V, 32), random_ids(3, V, 33)};
+  std::vector<int> seqs;
+  for (const auto& p : prompts) {
+    seqs.push_back(e.new_sequence());
+    e.prefill(seqs.back(), p, false);
+  }
+  const std::vector<int> src = {2, 0, 0};
+  e.cache().reorder(seqs, src);
+  const int32_t next[3] = {5, 6, 7};
+  std::vector<std::vector<float>> got;
+  for (int i = 0; i < 3; ++i) got.push_back(decode(e, seqs[i], next[i]));
+  for (int s : seqs) e.free_sequence(s);
+  for (int i = 0; i < 3; ++i) {
+    const int s = e.new_sequence();
+    e.prefill(s, prompts[src[i]], false);
+    EXPECT_EQ(decode(e, s, next[i]), got[i]) << "beam " << i;
+    e.free_sequence(s);
+  }
+}
+
+TEST_P(ModelInvariants, RemoveReturnsEverySlotAndPage) {
+  Engine e(fixtures() / GetParam(), opts());
+  const int V = e.vocab_size();
+  const int free0 = e.cache().free_pages();
+  const int a = e.new_sequence();
+  e.prefill(a, random_ids(40, V, 41), false);
+  const int b = e.cache().fork(a);
+  decode_all(e, b, random_ids(3, V, 42));
+  const int c = e.new_sequence();
+  e.prefill(c, random_ids(5, V, 43), false);
+  e.cache().keep_snapshot(c);
+  for (int s : {a, b, c}) e.free_sequence(s);
+  EXPECT_EQ(e.cache().live_sequences(), 0);
+  EXPECT_EQ(e.cache().free_pages(), free0);
+}
+
+TEST_P(ModelInvariants, FullKvCacheFailsTheStepAndChangesNothing) {
+  EngineOptions o = opts(2);
+  o.context = 24;
+  o.block_size = 4;
+  Engine e(fixtures() / GetParam(), o);
+  const int V = e.vocab_size();
+  const int a = e.new_sequence(), b = e.new_sequence();
+  e.prefill(a, random_ids(10, V, 51), false);
+  const auto before = cache_contents(e, a);
+  // b asks for 40 tokens: more than the 48-token pool has left once a holds 12.
+  if (e.cache().has_kv()) {
+    const std::vector<int32_t> toks = random_ids(41, V, 52);
+    const BatchRun runs[] = {{a, 1}, {b, 40}};
+    const int rows[] = {0};
+    try {
+      e.step(toks, runs, rows);
+      FAIL() << "expected the KV cache to be full";
+    } catch (const Error& err) {
+      EXPECT_NE(std::string(err.what()).find("KV cache full"), std::string::npos) << err.what();
+    }
+    EXPECT_EQ(cache_contents(e, a), before);
+    EXPECT_EQ(e.cache().seq_length(b), 0);
+    try {
+      e.prefill(b, random_ids(60, V, 53), false);
+      FAIL() << "expected the prompt to be refused";
+    } catch (const Error& err) {
+      EXPECT_NE(std::string(err.what()).find("does not fit the KV cache"), std::string::npos) << err.what();
+    }
+    EXPECT_EQ(e.cache().seq_length(b), 0);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Fixtures, ModelInvariants, ::testing::ValuesIn(kModels));
 
 }  // namespace
