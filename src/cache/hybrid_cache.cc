@@ -207,10 +207,13 @@ void HybridCache::reorder(std::span<const int> seqs, std::span<const int> src) {
   for (int i : src)
     check(i >= 0 && static_cast<size_t>(i) < seqs.size(), "reorder: source index " + std::to_string(i) +
                                                               " outside the " + std::to_string(seqs.size()) + " sequences");
-  std::vector<Snapshot> before;
-  before.reserve(seqs.size());
-  for (int s : seqs) before.push_back(snapshot(s));
-  for (size_t i = 0; i < seqs.size(); ++i) restore(seqs[i], before[src[i]]);
+  // Only moved sequences are copied: first snapshot every source that feeds another position,
+  // then overwrite the destinations (a beam that keeps its own history is not touched).
+  std::vector<Snapshot> from(seqs.size());
+  for (size_t i = 0; i < seqs.size(); ++i)
+    if (static_cast<size_t>(src[i]) != i && from[src[i]].empty()) from[src[i]] = snapshot(seqs[src[i]]);
+  for (size_t i = 0; i < seqs.size(); ++i)
+    if (static_cast<size_t>(src[i]) != i) restore(seqs[i], from[src[i]]);
 }
 
 void HybridCache::keep_snapshot(int seq) {
