@@ -1,9 +1,11 @@
 #include "models/config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "base/error.h"
 #include "base/json.h"
@@ -33,17 +35,33 @@ static std::string block_label(const BlockSpec& b) {
 }
 
 std::string HybridConfig::layer_pattern() const {
+  std::vector<std::string> labels;
+  for (const BlockSpec& b : blocks) labels.push_back(block_label(b));
+  const size_t n = labels.size();
   // Run-length form: "mamba2 x24", or "mamba1 x2, attention+mlp x1".
-  std::ostringstream os;
-  for (size_t i = 0; i < blocks.size();) {
-    const std::string label = block_label(blocks[i]);
-    size_t j = i;
-    while (j < blocks.size() && block_label(blocks[j]) == label) ++j;
-    if (i) os << ", ";
-    os << label << " x" << (j - i);
-    i = j;
+  auto runs = [&](size_t end) {
+    std::ostringstream os;
+    for (size_t i = 0; i < end;) {
+      size_t j = i;
+      while (j < end && labels[j] == labels[i]) ++j;
+      if (i) os << ", ";
+      os << labels[i] << " x" << (j - i);
+      i = j;
+    }
+    return os.str();
+  };
+  // A repeating unit of several blocks (Jamba, Zamba2): "(mamba1+mlp, ..., attention+mlp) x4".
+  if (std::all_of(labels.begin(), labels.end(), [&](const std::string& l) { return l == labels[0]; })) return runs(n);
+  for (size_t p = 2; p <= n / 2; ++p) {
+    if (n % p != 0) continue;
+    bool periodic = true;
+    for (size_t i = p; i < n && periodic; ++i) periodic = labels[i] == labels[i - p];
+    if (!periodic) continue;
+    std::string unit;
+    for (size_t i = 0; i < p; ++i) unit += (i ? ", " : "") + labels[i];
+    return "(" + unit + ") x" + std::to_string(n / p);
   }
-  return os.str();
+  return runs(n);
 }
 
 // ---- JsonKeys -----------------------------------------------------------------------------------

@@ -120,8 +120,7 @@ TEST(Config, JambaPatternFromPeriodsAndLayerTypeSpellings) {
                      {"num_experts", 4}, {"num_experts_per_tok", 2}, {"attn_layer_period", 4},
                      {"attn_layer_offset", 2}};
   HybridConfig c = parse_config(base, "config.json");
-  EXPECT_EQ(c.layer_pattern(), "mamba1+mlp x1, mamba1+moe x1, attention+mlp x1, mamba1+moe x1, mamba1+mlp x1, "
-                               "mamba1+moe x1, attention+mlp x1, mamba1+moe x1");
+  EXPECT_EQ(c.layer_pattern(), "(mamba1+mlp, mamba1+moe, attention+mlp, mamba1+moe) x2");
   EXPECT_EQ(c.blocks[2].attn.rope_dim, 0) << "Jamba has no positional encoding";
   EXPECT_TRUE(c.blocks[0].m1.dt_bc_rms_weights);
   EXPECT_FLOAT_EQ(c.blocks[0].m1.dt_bc_rms_eps, 1e-6f);
@@ -158,7 +157,7 @@ TEST(Config, BambaAttentionIndicesAndHalfRope) {
                      {"attn_layer_indices", {1, 3}}, {"mamba_n_heads", 8}, {"mamba_d_head", "auto"},
                      {"mamba_d_state", 16}, {"rope_parameters", {{"rope_theta", 500.0}, {"rope_type", "default"}}}};
   HybridConfig c = parse_config(base, "config.json");
-  EXPECT_EQ(c.layer_pattern(), "mamba2+mlp x1, attention+mlp x1, mamba2+mlp x1, attention+mlp x1");
+  EXPECT_EQ(c.layer_pattern(), "(mamba2+mlp, attention+mlp) x2");
   EXPECT_EQ(c.blocks[0].m2.head_dim, 16);
   EXPECT_EQ(c.blocks[1].attn.rope_dim, 8);
   EXPECT_FLOAT_EQ(c.blocks[1].attn.rope_theta, 500.0f);

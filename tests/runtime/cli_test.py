@@ -137,6 +137,49 @@ for d in [m1, m2]:
           rc == 0 and json.loads(out)["parameters"] == want, out + out2)
 expect_error("plan: bad --memory", ["plan", "--config", codestral, "--memory", "lots"], 1, "--memory lots: expected a size")
 
+# Every family generates from the CLI (sampling and beam search), and its plan matches its loader.
+for preset in ["hybridlm-tiny", "jamba-tiny", "bamba-tiny"]:
+    d = os.path.join(scratch, preset)
+    subprocess.run(["/usr/bin/python3", tool, "--preset", preset, "--out", d, "--tokenizer", neox, "--seed", "9"],
+                   check=True, capture_output=True)
+    rc, out, err = run("generate", "-m", d, "-p", "Once upon a time", "-n", "8", "--seed", "3")
+    check(f"generate works for {preset}", rc == 0 and out.startswith("Once upon a time") and "generation: 8 tokens" in err,
+          out + err)
+    rc, out, err = run("generate", "-m", d, "-p", "Once upon a time", "-n", "6", "--num-beams", "3", "--ignore-eos")
+    check(f"generate --num-beams 3 works for {preset}", rc == 0 and out.startswith("Once upon a time") and
+          "beam search: 3 beams, 6 tokens" in err, out + err)
+    rc, out, _ = run("plan", "-m", d, "--json")
+    rc2, out2, _ = run("inspect", "-m", d)
+    want = int(out2.split("parameters:")[1].split()[0]) if rc2 == 0 else -1
+    check(f"plan's parameter count equals the loader's ({preset})", rc == 0 and json.loads(out)["parameters"] == want,
+          out + out2)
+expect_error("generate: prompt + -n beyond --ctx-size on an attention model",
+             ["generate", "-m", os.path.join(scratch, "jamba-tiny"), "-p", "Once upon a time", "-n", "100",
+              "--ctx-size", "50"], 1, "exceeds --ctx-size 50")
+
+# plan for a Jamba-style hybrid (ai21labs AI21-Jamba-Mini-1.5 shape): 28 Mamba-1 layers of state
+# (d_inner 8192 x d_state 16, conv 3 x 8192) plus 4 attention layers of KV (8 KV heads x 128).
+jamba_cfg = os.path.join(scratch, "jamba.json")
+with open(jamba_cfg, "w") as f:
+    json.dump({"architectures": ["JambaForCausalLM"], "model_type": "jamba", "hidden_size": 4096,
+               "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+               "intermediate_size": 14336, "num_experts": 16, "num_experts_per_tok": 2, "vocab_size": 65536,
+               "attn_layer_period": 8, "attn_layer_offset": 4, "expert_layer_period": 2,
+               "expert_layer_offset": 1, "mamba_d_state": 16, "mamba_d_conv": 4, "mamba_expand": 2}, f)
+rc, out, err = run("plan", "--config", jamba_cfg, "--state-dtype", "f32", "--kv-dtype", "bf16", "--context", "32768",
+                   "--memory", "128GiB", "--json")
+jp = json.loads(out) if rc == 0 else {}
+check("plan: Jamba-style SSM state (28 x 8192 x 16 x f32) and conv state (28 x 3 x 8192 x f32)",
+      jp.get("ssm_state_bytes_per_sequence") == 28 * 8192 * 16 * 4 and
+      jp.get("conv_state_bytes_per_sequence") == 28 * 3 * 8192 * 4, jp or err)
+check("plan: Jamba-style KV per token (4 layers x K,V x 8 heads x 128 x bf16) and both terms per sequence",
+      jp.get("kv_bytes_per_token") == 4 * 2 * 8 * 128 * 2 and
+      jp.get("bytes_per_sequence") == 28 * 8192 * 16 * 4 + 28 * 3 * 8192 * 4 + 4 * 2 * 8 * 128 * 2 * 32768, jp)
+rc, out, err = run("plan", "--config", jamba_cfg)
+check("plan: human-readable output shows the mamba state and the attention KV",
+      rc == 0 and "mamba1    x28" in out and "attention x4" in out and "kv 32768 bytes per token" in out and
+      "(mamba1+mlp, mamba1+moe, mamba1+mlp, mamba1+moe, attention+mlp, mamba1+moe, mamba1+mlp, mamba1+moe) x4" in out, out + err)
+
 # perplexity and inspect.
 txt = os.path.join(scratch, "t.txt")
 with open(txt, "w") as f:

@@ -12,6 +12,7 @@
 #include "base/error.h"
 #include "io/npy.h"
 #include "io/tokenizer.h"
+#include "runtime/batch.h"
 #include "runtime/engine.h"
 #include "tools/hybridlm/bench.h"
 #include "tools/hybridlm/format.h"
@@ -92,13 +93,17 @@ void check_logits_fit(size_t tokens, int vocab, const std::string& what) {
 
 
 // ---- generate -----------------------------------------------------------------------------------
-int cmd_generate(const ModelFlags& mf, const std::string& prompt, const GenerateOptions& gopt_in) {
+int cmd_generate(const ModelFlags& mf, const std::string& prompt, const GenerateOptions& gopt_in, int num_beams) {
   // Flags and the tokenizer first: a bad value should not wait for the weights to load.
   GenerateOptions gopt = gopt_in;
   check(gopt.max_new_tokens >= 0, "-n/--n-predict must be >= 0");
   validate(gopt.sampling);
+  check(num_beams >= 1 && num_beams <= 256, "--num-beams " + std::to_string(num_beams) + ": must be in [1, 256]");
+  check(num_beams == 1 || gopt.stop_strings.empty(), "--stop is not supported with --num-beams > 1");
   Tokenizer tok = load_tokenizer(mf.dir);
-  Engine engine(mf.dir, mf.options());
+  EngineOptions eo = mf.options();
+  eo.max_sequences = num_beams;
+  Engine engine(mf.dir, eo);
   gopt.eos_id = tok.eos_id() ? tok.eos_id() : engine.model().config().eos_token_id;
   std::vector<int32_t> ids = tok.encode(prompt);
   check(!ids.empty(), "the prompt is empty after tokenization");
@@ -107,6 +112,21 @@ int cmd_generate(const ModelFlags& mf, const std::string& prompt, const Generate
     check(static_cast<int64_t>(ids.size()) + gopt.max_new_tokens <= mf.ctx_size,
           "the prompt (" + std::to_string(ids.size()) + " tokens) plus -n " + std::to_string(gopt.max_new_tokens) +
               " exceeds --ctx-size " + std::to_string(mf.ctx_size));
+  if (num_beams > 1) {  // deterministic: the sampling flags do not apply
+    BeamOptions bo;
+    bo.num_beams = num_beams;
+    bo.max_new_tokens = std::max(1, gopt.max_new_tokens);
+    if (gopt.stop_at_eos) bo.eos_id = gopt.eos_id;
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::vector<BeamHypothesis> hyps = beam_search(engine, ids, bo);
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::vector<int32_t> best = hyps.front().tokens;
+    if (bo.eos_id && !best.empty() && best.back() == *bo.eos_id) best.pop_back();
+    std::cout << prompt << tok.decode(best) << std::endl;
+    std::fprintf(stderr, "beam search: %d beams, %zu tokens in %.3f s, best logprob %.4f (score %.4f)\n", num_beams,
+                 hyps.front().tokens.size(), secs, hyps.front().logprob, hyps.front().score);
+    return 0;
+  }
   std::cout << prompt << std::flush;
   GenerateResult r = generate(engine, tok, ids, gopt, [](const std::string& s) { std::cout << s << std::flush; });
   std::cout << std::endl;
@@ -244,7 +264,7 @@ int main(int argc, char** argv) {
   std::string gen_prompt, score_prompt, score_ids, score_out, ppl_file, tok_dir, tok_prompt, tok_decode;
   std::vector<std::string> stops;
   GenerateOptions gopt;
-  int ppl_ctx = 512;
+  int ppl_ctx = 512, num_beams = 1;
   bool no_eos = false, tok_no_special = false;
 
   CLI::App* gen = app.add_subcommand("generate", "generate text from a prompt, streamed to stdout");
@@ -259,6 +279,8 @@ int main(int argc, char** argv) {
   gen->add_option("--seed", gopt.sampling.seed, "random seed")->capture_default_str();
   gen->add_option("--stop", stops, "stop string (repeatable)");
   gen->add_flag("--ignore-eos", no_eos, "do not stop at the end-of-sequence token");
+  gen->add_option("--num-beams", num_beams, "beam search with this many beams (1 = sample / greedy)")
+      ->capture_default_str();
 
   CLI::App* score = app.add_subcommand("score", "write the logits of every position as a .npy file");
   score_m.add(score);
@@ -314,7 +336,7 @@ int main(int argc, char** argv) {
     if (*gen) {
       gopt.stop_strings = stops;
       gopt.stop_at_eos = !no_eos;
-      return cmd_generate(gen_m, gen_prompt, gopt);
+      return cmd_generate(gen_m, gen_prompt, gopt, num_beams);
     }
     if (*score) return cmd_score(score_m, score_prompt, score_ids, score_out);
     if (*ppl) return cmd_perplexity(ppl_m, ppl_file, ppl_ctx);
