@@ -58,6 +58,13 @@ base_m2 = {"architectures": ["Mamba2ForCausalLM"], "model_type": "mamba2", "hidd
            "chunk_size": 16, "expand": 2, "conv_kernel": 4, "tie_word_embeddings": False}
 put("fuzz_config", "mamba2", json.dumps(base_m2))
 put("fuzz_config", "mamba2_inf", json.dumps(base_m2).replace('"chunk_size": 16', '"chunk_size": 16, "time_step_limit": [0.0, Infinity]'))
+# Every family's test-size config from the checkpoint tool (hybrid families included).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
+sys.dont_write_bytecode = True
+import make_test_checkpoint  # noqa: E402
+for preset, make in sorted(make_test_checkpoint.PRESETS.items()):
+    if preset.endswith("-tiny"):
+        put("fuzz_config", "preset_" + preset, json.dumps(make()))
 
 # A tiny byte-level BPE tokenizer in both merge spellings, plus added tokens and a template.
 byte_chars = [chr(c) for c in range(ord("!"), ord("~") + 1)] + ["\u0120", "\u010a"]
