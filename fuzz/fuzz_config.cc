@@ -25,7 +25,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         } else if (b.ffn.kind == FfnKind::None) {
           std::abort();  // a block with neither mixer nor feed-forward
         }
-        if (b.ffn.kind != FfnKind::None && b.ffn.d_ff <= 0) std::abort();
+        if (b.ffn.kind != FfnKind::None && b.ffn.mlp.d_ff <= 0) std::abort();
         if (b.ffn.kind == FfnKind::Moe && (b.ffn.top_k <= 0 || b.ffn.top_k > b.ffn.n_experts)) std::abort();
       }
       (void)c.layer_pattern();

@@ -20,6 +20,7 @@ const char* mixer_kind_name(MixerKind k) {
     case MixerKind::Mamba1: return "mamba1";
     case MixerKind::Mamba2: return "mamba2";
     case MixerKind::Attention: return "attention";
+    case MixerKind::ShortConv: return "short_conv";
   }
   return "?";
 }

@@ -16,8 +16,8 @@
 namespace hybridlm {
 
 // A block's sequence mixer. None: a block that is only a feed-forward (Nemotron-H's MLP layers).
-enum class MixerKind { None, Mamba1, Mamba2, Attention };
-const char* mixer_kind_name(MixerKind k);  // "none", "mamba1", "mamba2", "attention"
+enum class MixerKind { None, Mamba1, Mamba2, Attention, ShortConv };
+const char* mixer_kind_name(MixerKind k);  // "none", "mamba1", "mamba2", "attention", "short_conv"
 
 // How Mamba-2's gated RMSNorm groups channels. Grouped (per d_inner / n_groups channels) is the
 // original mamba_ssm semantics the checkpoints were trained with, and llama.cpp's; Hugging Face's
@@ -45,6 +45,12 @@ struct Mamba2Spec {
   int in_proj_dim() const { return 2 * d_inner + 2 * n_groups * d_state + n_heads; }
 };
 
+// LFM2's gated short conv: a depthwise causal conv of d_conv taps over B * x, gated by C.
+struct ShortConvSpec {
+  int d_conv = 3;
+  bool bias = false;  // in_proj, conv and out_proj biases
+};
+
 // Causal self-attention with grouped KV heads.
 struct AttentionSpec {
   int n_heads = 0, n_kv_heads = 0, head_dim = 0;
@@ -58,20 +64,45 @@ struct AttentionSpec {
   float softmax_scale() const;
 };
 
-// The feed-forward of a block: a (gated) MLP, or a mixture of such experts.
+// One MLP: gated down(act(gate x) * up x) (SwiGLU, GeGLU) or ungated down(act(up x)).
+struct MlpSpec {
+  int d_ff = 0;  // hidden width F
+  Activation act = Activation::Silu;
+  bool gated = true;
+  // One (2F, H) matrix named `up` holding the gate rows, then the up rows (Granite input_linear,
+  // Zamba2 gate_up_proj).
+  bool fused = false;
+  bool bias = false;
+  std::string gate = "gate_proj", up = "up_proj", down = "down_proj";
+};
+
+// How a mixture of experts picks a token's experts and weighs them.
+enum class Routing {
+  SoftmaxTopK,    // p = softmax(logits); the top_k of p (Jamba; renormalize optional)
+  TopKSoftmax,    // the top_k logits, softmax over those k (Granite)
+  SigmoidGrouped  // s = sigmoid(logits); choose by s + correction bias within the best groups;
+                  // weights s (renormalised if asked) x routed_scale (Nemotron-H, DeepSeek-V3)
+};
+
+// The feed-forward of a block: an MLP, or a mixture of MLP experts (+ an always-on shared MLP).
 enum class FfnKind { None, Mlp, Moe };
 struct FfnSpec {
   FfnKind kind = FfnKind::None;
-  int d_ff = 0;           // hidden width (per expert for MoE)
-  Activation act = Activation::Silu;
-  bool gated = true;      // down(act(gate(x)) * up(x)); false: down(act(up(x)))
-  bool bias = false;
-  std::string gate = "gate_proj", up = "up_proj", down = "down_proj";
-  // MoE: softmax router over n_experts, top_k experts per token; experts live under
-  // "<ffn>experts.<e>." and the router is "<ffn><router>.weight".
+  MlpSpec mlp;  // the MLP, or every expert
+  // MoE: router "<ffn><router>" (E, H); experts "<ffn><experts><e>.<names>" or, when stacked, one
+  // (E, rows, cols) tensor per projection "<ffn><names>".
   int n_experts = 0, top_k = 0;
+  Routing routing = Routing::SoftmaxTopK;
   bool renormalize = false;  // weights of the top_k renormalised to sum to 1
-  std::string router = "router";
+  float routed_scale = 1.0f;
+  int n_group = 1, topk_group = 1;  // SigmoidGrouped: experts in n_group groups, keep topk_group
+  std::string router = "router.weight", experts = "experts.";
+  std::string correction_bias;  // SigmoidGrouped: "<ffn><correction_bias>" (E), or empty
+  bool stacked_experts = false;
+  // Added to the MoE output on the same input (Granite shared_mlp, Nemotron-H shared_experts);
+  // shared.d_ff == 0: none. shared_prefix is a full tensor-name prefix.
+  MlpSpec shared;
+  std::string shared_prefix;
 };
 
 // Where a block's tensors live in the checkpoint (full prefixes, ending in '.').
@@ -88,6 +119,7 @@ struct BlockSpec {
   Mamba1Spec m1;
   Mamba2Spec m2;
   AttentionSpec attn;
+  ShortConvSpec conv;
   FfnSpec ffn;
   BlockNames names;
 };

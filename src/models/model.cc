@@ -30,6 +30,7 @@ Model Model::load(const std::filesystem::path& dir, const LoadOptions& opt) {
       case MixerKind::Mamba1: lw.m1 = load_mamba1(r, n.mixer, b.m1, c.d_model); break;
       case MixerKind::Mamba2: lw.m2 = load_mamba2(r, n.mixer, b.m2, c.d_model); break;
       case MixerKind::Attention: lw.attn = load_attention(r, n.mixer, b.attn, c.d_model); break;
+      case MixerKind::ShortConv: lw.conv = load_short_conv(r, n.mixer, b.conv, c.d_model); break;
     }
     if (b.ffn.kind != FfnKind::None) {
       lw.ffn_norm = r.vector(n.ffn_norm, {H});
@@ -47,22 +48,18 @@ Model Model::load(const std::filesystem::path& dir, const LoadOptions& opt) {
 
 std::vector<LayerCacheSpec> Model::cache_specs() const { return hybridlm::cache_specs(cfg_); }
 
-static size_t mlp_bytes(const MlpWeights& w) {
-  return w.gate.bytes() + w.up.bytes() + w.down.bytes() +
-         (w.gate_bias.size() + w.up_bias.size() + w.down_bias.size()) * 4;
-}
-
 size_t Model::weight_bytes() const {
   size_t n = embedding_.bytes() + lm_head_.bytes() + norm_f_.size() * 4;
   for (const LayerWeights& l : layers_) {
     n += (l.norm.size() + l.ffn_norm.size()) * 4;
     for (const Matrix* m : {&l.m1.in_proj, &l.m1.x_proj, &l.m1.dt_proj, &l.m1.out_proj, &l.m2.in_proj, &l.m2.out_proj,
-                            &l.attn.q_proj, &l.attn.k_proj, &l.attn.v_proj, &l.attn.o_proj, &l.ffn.router})
+                            &l.attn.q_proj, &l.attn.k_proj, &l.attn.v_proj, &l.attn.o_proj, &l.conv.in_proj,
+                            &l.conv.out_proj})
       n += m->bytes();
-    for (const auto* v : {&l.m1.dt_norm, &l.m1.b_norm, &l.m1.c_norm, &l.attn.q_bias, &l.attn.k_bias, &l.attn.v_bias, &l.attn.o_bias, &l.attn.q_norm, &l.attn.k_norm})
+    for (const auto* v : {&l.m1.dt_norm, &l.m1.b_norm, &l.m1.c_norm, &l.attn.q_bias, &l.attn.k_bias, &l.attn.v_bias, &l.attn.o_bias, &l.attn.q_norm, &l.attn.k_norm,
+                          &l.conv.in_bias, &l.conv.out_bias, &l.conv.conv_w, &l.conv.conv_b})
       n += v->size() * 4;
-    n += mlp_bytes(l.ffn.mlp);
-    for (const MlpWeights& e : l.ffn.experts) n += mlp_bytes(e);
+    n += ffn_bytes(l.ffn);
     for (const auto* v : {&l.m1.in_proj_bias, &l.m1.out_proj_bias, &l.m1.conv_w, &l.m1.conv_b, &l.m1.dt_bias,
                           &l.m1.A, &l.m1.D, &l.m2.in_proj_bias, &l.m2.out_proj_bias, &l.m2.conv_w, &l.m2.conv_b,
                           &l.m2.dt_bias, &l.m2.A, &l.m2.D, &l.m2.norm_w})
@@ -133,6 +130,9 @@ void Model::forward(const KernelContext& ctx, std::span<const int32_t> tokens, s
         case MixerKind::Mamba2: mamba2_forward(ctx, b.m2, w.m2, sc.xn.data(), T, sc.runs, sc.m2, sc.mix.data()); break;
         case MixerKind::Attention:
           attention_forward(ctx, b.attn, w.attn, sc.xn.data(), T, sc.runs, sc.attn, sc.mix.data());
+          break;
+        case MixerKind::ShortConv:
+          short_conv_forward(ctx, b.conv, w.conv, sc.xn.data(), T, H, sc.runs, sc.conv, sc.mix.data());
           break;
       }
       for (size_t i = 0; i < sc.h.size(); ++i) sc.h[i] += sc.mix[i];

@@ -11,6 +11,7 @@
 #include "cache/hybrid_cache.h"
 #include "models/blocks/attention.h"
 #include "models/blocks/ffn.h"
+#include "models/blocks/short_conv.h"
 #include "models/blocks/mamba1.h"
 #include "models/blocks/mamba2.h"
 #include "models/config.h"
@@ -32,6 +33,7 @@ struct LayerWeights {
   Mamba1Weights m1;
   Mamba2Weights m2;
   AttentionWeights attn;
+  ShortConvWeights conv;
   FfnWeights ffn;
 };
 
@@ -41,6 +43,7 @@ struct ForwardScratch {
   Mamba1Scratch m1;
   Mamba2Scratch m2;
   AttentionScratch attn;
+  ShortConvScratch conv;
   FfnScratch ffn;
   std::vector<SeqRun> runs;
 };

@@ -2,6 +2,7 @@
 
 #include "models/blocks/mamba1.h"
 #include "models/blocks/mamba2.h"
+#include "models/blocks/short_conv.h"
 
 namespace hybridlm {
 
@@ -14,6 +15,7 @@ std::vector<LayerCacheSpec> cache_specs(const HybridConfig& c) {
       case MixerKind::Mamba1: s = {LayerCacheKind::Mamba, mamba1_state_spec(b.m1), {}}; break;
       case MixerKind::Mamba2: s = {LayerCacheKind::Mamba, mamba2_state_spec(b.m2), {}}; break;
       case MixerKind::Attention: s = {LayerCacheKind::Attention, {}, {b.attn.n_kv_heads, b.attn.head_dim}}; break;
+      case MixerKind::ShortConv: s = {LayerCacheKind::Conv, short_conv_state_spec(b.conv, c.d_model), {}}; break;
     }
     specs.push_back(s);
   }
@@ -25,7 +27,14 @@ struct Counts {
   size_t matrices = 0, vectors = 0;
 };
 
-// The tensors of load_mamba1 / load_mamba2 and Model::load, by shape.
+void count_mlp(const MlpSpec& m, size_t H, size_t copies, Counts& n) {
+  const size_t F = m.d_ff;
+  if (F == 0) return;
+  n.matrices += copies * ((m.gated || m.fused ? 3 : 2) * F * H);
+  if (m.bias) n.vectors += copies * ((m.gated || m.fused ? 2 * F : F) + H);
+}
+
+// The tensors of the block loaders and Model::load, by shape.
 Counts count(const HybridConfig& c) {
   const size_t H = c.d_model, V = c.vocab_size;
   Counts n;
@@ -36,14 +45,20 @@ Counts count(const HybridConfig& c) {
     if (b.mixer != MixerKind::None) n.vectors += H;  // pre-mixer norm
     if (b.ffn.kind != FfnKind::None) {
       const FfnSpec& f = b.ffn;
-      const size_t F = f.d_ff, per = (f.gated ? 3 : 2) * F * H;
-      const size_t per_bias = f.bias ? (f.gated ? 2 * F : F) + H : 0;
       const size_t experts = f.kind == FfnKind::Moe ? f.n_experts : 1;
       n.vectors += H;  // pre-ffn norm
-      n.matrices += experts * per + (f.kind == FfnKind::Moe ? f.n_experts * H : 0);
-      n.vectors += experts * per_bias;
+      count_mlp(f.mlp, H, experts, n);
+      count_mlp(f.shared, H, 1, n);
+      if (f.kind == FfnKind::Moe) {
+        n.matrices += f.n_experts * H;  // router
+        if (!f.correction_bias.empty()) n.vectors += f.n_experts;
+      }
     }
-    if (b.mixer == MixerKind::Attention) {
+    if (b.mixer == MixerKind::ShortConv) {
+      const size_t K = b.conv.d_conv;
+      n.matrices += 4 * H * H;  // in_proj (3H, H), out_proj (H, H)
+      n.vectors += H * K + (b.conv.bias ? 3 * H + H + H : 0);
+    } else if (b.mixer == MixerKind::Attention) {
       const AttentionSpec& a = b.attn;
       const size_t q = static_cast<size_t>(a.n_heads) * a.head_dim, kv = static_cast<size_t>(a.n_kv_heads) * a.head_dim;
       n.matrices += 2 * q * H + 2 * kv * H;

@@ -28,28 +28,43 @@ const TensorInfo& WeightReader::checked(const std::string& name, const std::vect
   return t;
 }
 
-Matrix WeightReader::matrix(const std::string& name, std::vector<int64_t> shape) const {
-  const TensorInfo& t = checked(name, shape);
+Matrix WeightReader::slice(const TensorInfo& t, int64_t row0, int rows, int cols) const {
   Matrix m;
-  m.rows = static_cast<int>(shape.front());
-  m.cols = static_cast<int>(t.numel() / shape.front());
+  m.rows = rows;
+  m.cols = cols;
   const DType want = dtype_ == WeightDType::BF16 ? DType::BF16 : DType::F32;
-  if (zero_copy_ && t.dtype == want && reinterpret_cast<uintptr_t>(t.data) % dtype_size(want) == 0) {
+  const size_t first = static_cast<size_t>(row0) * cols, n = static_cast<size_t>(rows) * cols;
+  const uint8_t* at = t.data + first * dtype_size(t.dtype);
+  if (zero_copy_ && t.dtype == want && reinterpret_cast<uintptr_t>(at) % dtype_size(want) == 0) {
     m.dtype = want;
-    m.mapped = t.data;
-    mapped_ += t.nbytes;
+    m.mapped = at;
+    mapped_ += n * dtype_size(want);
     return m;
   }
   std::vector<float> f(static_cast<size_t>(t.numel()));
   t.to_f32(f.data());
   if (dtype_ == WeightDType::BF16) {
     m.dtype = DType::BF16;
-    m.bf16.resize(f.size());
-    for (size_t i = 0; i < f.size(); ++i) m.bf16[i] = f32_to_bf16(f[i]);
+    m.bf16.resize(n);
+    for (size_t i = 0; i < n; ++i) m.bf16[i] = f32_to_bf16(f[first + i]);
   } else {
-    m.f32 = std::move(f);
+    m.f32.assign(f.begin() + static_cast<std::ptrdiff_t>(first), f.begin() + static_cast<std::ptrdiff_t>(first + n));
   }
   return m;
+}
+
+Matrix WeightReader::matrix(const std::string& name, std::vector<int64_t> shape) const {
+  const TensorInfo& t = checked(name, shape);
+  return slice(t, 0, static_cast<int>(shape.front()), static_cast<int>(t.numel() / shape.front()));
+}
+
+std::vector<Matrix> WeightReader::stacked(const std::string& name, std::vector<int64_t> shape) const {
+  const TensorInfo& t = checked(name, shape);
+  check(shape.size() == 3, "stacked tensor '" + name + "' must be 3-D");
+  std::vector<Matrix> out;
+  for (int64_t e = 0; e < shape[0]; ++e)
+    out.push_back(slice(t, e * shape[1], static_cast<int>(shape[1]), static_cast<int>(shape[2])));
+  return out;
 }
 
 std::vector<float> WeightReader::vector(const std::string& name, std::vector<int64_t> shape) const {

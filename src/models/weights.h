@@ -42,6 +42,8 @@ class WeightReader {
   // A (rows, cols) matrix; `shape` may carry extra unit dims (conv1d (C, 1, K) is read as (C, K)).
   Matrix matrix(const std::string& name, std::vector<int64_t> shape) const;
   std::vector<float> vector(const std::string& name, std::vector<int64_t> shape) const;
+  // A stacked (E, rows, cols) tensor (Granite's experts) as E matrices of (rows, cols).
+  std::vector<Matrix> stacked(const std::string& name, std::vector<int64_t> shape) const;
   bool has(const std::string& name) const { return ckpt_.find(name) != nullptr; }
   const TensorInfo* find(const std::string& name) const { return ckpt_.find(name); }
   size_t params_read() const { return params_; }
@@ -49,6 +51,8 @@ class WeightReader {
 
  private:
   const TensorInfo& checked(const std::string& name, const std::vector<int64_t>& shape) const;
+  // Rows [row0, row0 + rows) of a tensor viewed as (*, cols), in the requested dtype.
+  Matrix slice(const TensorInfo& t, int64_t row0, int rows, int cols) const;
   const Checkpoint& ckpt_;
   WeightDType dtype_;
   bool zero_copy_;

@@ -192,7 +192,7 @@ TEST(Config, HybridlmBlockPattern) {
   EXPECT_EQ(c.blocks[1].attn.rope_dim, 8);
   EXPECT_FLOAT_EQ(c.blocks[1].attn.softmax_scale(), 0.25f);
   EXPECT_EQ(c.blocks[2].m1.dt_rank, 4);
-  EXPECT_EQ(c.blocks[3].ffn.act, Activation::Gelu);
+  EXPECT_EQ(c.blocks[3].ffn.mlp.act, Activation::Gelu);
   EXPECT_EQ(c.blocks[1].names.mixer, "model.layers.1.mixer.");
   EXPECT_EQ(c.blocks[1].names.ffn_norm, "model.layers.1.ffn_norm.weight");
 

@@ -70,8 +70,8 @@ HybridConfig parse_bamba(const JsonKeys& k, NormGrouping mamba2_norm) {
 
   FfnSpec mlp;
   mlp.kind = FfnKind::Mlp;
-  mlp.d_ff = k.positive("intermediate_size", 14336);
-  mlp.bias = k.boolean("mlp_bias", false);
+  mlp.mlp.d_ff = k.positive("intermediate_size", 14336);
+  mlp.mlp.bias = k.boolean("mlp_bias", false);
 
   for (int i = 0; i < n_layers; ++i) {
     BlockSpec b;

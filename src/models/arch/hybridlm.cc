@@ -84,9 +84,9 @@ HybridConfig parse_hybridlm(const JsonKeys& k, NormGrouping mamba2_norm) {
   if (d_ff < 0 || d_ff > JsonKeys::kMaxDim) mlp.fail("intermediate_size", "must be in [0, 2^22] (0 = no MLP)");
   if (d_ff > 0) {
     ffn.kind = FfnKind::Mlp;
-    ffn.d_ff = d_ff;
-    ffn.act = parse_activation(mlp, "activation");
-    ffn.gated = mlp.boolean("gated", true);
+    ffn.mlp.d_ff = d_ff;
+    ffn.mlp.act = parse_activation(mlp, "activation");
+    ffn.mlp.gated = mlp.boolean("gated", true);
   }
 
   for (size_t i = 0; i < pattern.size(); ++i) {

@@ -57,7 +57,7 @@ HybridConfig parse_jamba(const JsonKeys& k, NormGrouping) {
 
   FfnSpec mlp;
   mlp.kind = FfnKind::Mlp;
-  mlp.d_ff = k.positive("intermediate_size", 14336);
+  mlp.mlp.d_ff = k.positive("intermediate_size", 14336);
   const int n_experts = k.positive("num_experts", 16, 4096);
   FfnSpec moe = mlp;
   if (n_experts > 1) {
@@ -65,6 +65,7 @@ HybridConfig parse_jamba(const JsonKeys& k, NormGrouping) {
     moe.n_experts = n_experts;
     moe.top_k = k.positive("num_experts_per_tok", 2, 4096);
     if (moe.top_k > n_experts) k.fail("num_experts_per_tok", "must be at most num_experts");
+    moe.routing = Routing::SoftmaxTopK;
     moe.renormalize = false;
   }
 

@@ -2,107 +2,196 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 
+#include "base/error.h"
 #include "kernels/kernels.h"
 
 namespace hybridlm {
 
-static MlpWeights load_mlp(const WeightReader& r, const std::string& p, const FfnSpec& s, int H) {
+static MlpWeights load_mlp(const WeightReader& r, const std::string& p, const MlpSpec& s, int H) {
   const int64_t F = s.d_ff;
   MlpWeights w;
-  if (s.gated) w.gate = r.matrix(p + s.gate + ".weight", {F, H});
-  w.up = r.matrix(p + s.up + ".weight", {F, H});
-  w.down = r.matrix(p + s.down + ".weight", {H, F});
-  if (s.bias) {
-    if (s.gated) w.gate_bias = r.vector(p + s.gate + ".bias", {F});
-    w.up_bias = r.vector(p + s.up + ".bias", {F});
-    w.down_bias = r.vector(p + s.down + ".bias", {H});
+  if (s.fused) {
+    w.up = r.matrix(p + s.up + ".weight", {2 * F, H});
+    if (s.bias) w.up_bias = r.vector(p + s.up + ".bias", {2 * F});
+  } else {
+    if (s.gated) w.gate = r.matrix(p + s.gate + ".weight", {F, H});
+    w.up = r.matrix(p + s.up + ".weight", {F, H});
+    if (s.bias) {
+      if (s.gated) w.gate_bias = r.vector(p + s.gate + ".bias", {F});
+      w.up_bias = r.vector(p + s.up + ".bias", {F});
+    }
   }
+  w.down = r.matrix(p + s.down + ".weight", {H, F});
+  if (s.bias) w.down_bias = r.vector(p + s.down + ".bias", {H});
   return w;
 }
 
 FfnWeights load_ffn(const WeightReader& r, const std::string& p, const FfnSpec& s, int H) {
   FfnWeights w;
-  if (s.kind == FfnKind::Mlp) w.mlp = load_mlp(r, p, s, H);
+  if (s.kind == FfnKind::Mlp) w.mlp = load_mlp(r, p, s.mlp, H);
   if (s.kind == FfnKind::Moe) {
-    w.router = r.matrix(p + s.router + ".weight", {s.n_experts, H});
-    for (int e = 0; e < s.n_experts; ++e) w.experts.push_back(load_mlp(r, p + "experts." + std::to_string(e) + ".", s, H));
+    const int64_t E = s.n_experts, F = s.mlp.d_ff;
+    w.router = r.matrix(p + s.router, {E, H});
+    if (!s.correction_bias.empty()) w.correction = r.vector(p + s.correction_bias, {E});
+    if (s.stacked_experts) {  // one (E, rows, cols) tensor per projection, sliced per expert
+      check(s.mlp.fused && !s.mlp.bias, "stacked experts must be fused gate/up without biases");
+      std::vector<Matrix> up = r.stacked(p + s.mlp.up + ".weight", {E, 2 * F, H});
+      std::vector<Matrix> down = r.stacked(p + s.mlp.down + ".weight", {E, H, F});
+      for (int64_t e = 0; e < E; ++e) w.experts.push_back({{}, std::move(up[e]), std::move(down[e]), {}, {}, {}});
+    } else {
+      for (int64_t e = 0; e < E; ++e)
+        w.experts.push_back(load_mlp(r, p + s.experts + std::to_string(e) + ".", s.mlp, H));
+    }
   }
+  if (s.shared.d_ff > 0) w.shared = load_mlp(r, s.shared_prefix, s.shared, H);
   return w;
 }
 
+static size_t mlp_bytes(const MlpWeights& w) {
+  return w.gate.bytes() + w.up.bytes() + w.down.bytes() +
+         (w.gate_bias.size() + w.up_bias.size() + w.down_bias.size()) * sizeof(float);
+}
+
+size_t ffn_bytes(const FfnWeights& w) {
+  size_t n = mlp_bytes(w.mlp) + w.router.bytes() + w.correction.size() * sizeof(float) + mlp_bytes(w.shared);
+  for (const MlpWeights& e : w.experts) n += mlp_bytes(e);
+  return n;
+}
+
 // out: (T, H) = mlp(x: (T, H))
-static void mlp_forward(const KernelContext& ctx, const FfnSpec& s, const MlpWeights& w, const float* x, int T,
+static void mlp_forward(const KernelContext& ctx, const MlpSpec& s, const MlpWeights& w, const float* x, int T,
                         FfnScratch& sc, float* out) {
   const int F = s.d_ff;
-  sc.a.resize(static_cast<size_t>(T) * F);
   sc.g.resize(static_cast<size_t>(T) * F);
-  if (s.gated) {
+  if (s.fused) {  // a: (T, 2F) = [gate | up]
+    sc.a.resize(static_cast<size_t>(T) * 2 * F);
+    cpu::matmul(ctx, w.up.view(), data_or_null(w.up_bias), x, T, sc.a.data());
+    cpu::activation(ctx, s.act, sc.a.data(), sc.a.data() + F, 2 * F, T, F, sc.g.data());
+  } else if (s.gated) {
+    sc.a.resize(static_cast<size_t>(T) * F);
     sc.b.resize(static_cast<size_t>(T) * F);
     cpu::matmul(ctx, w.gate.view(), data_or_null(w.gate_bias), x, T, sc.a.data());  // a: (T, F)
     cpu::matmul(ctx, w.up.view(), data_or_null(w.up_bias), x, T, sc.b.data());      // b: (T, F)
     cpu::activation(ctx, s.act, sc.a.data(), sc.b.data(), F, T, F, sc.g.data());   // g = act(a) * b
   } else {
+    sc.a.resize(static_cast<size_t>(T) * F);
     cpu::matmul(ctx, w.up.view(), data_or_null(w.up_bias), x, T, sc.a.data());
     cpu::activation(ctx, s.act, sc.a.data(), nullptr, F, T, F, sc.g.data());
   }
   cpu::matmul(ctx, w.down.view(), data_or_null(w.down_bias), sc.g.data(), T, out);  // (T, H)
 }
 
-// Softmax over the experts, the top_k largest (ties: lower expert id first), optionally
-// renormalised. Per token, independent of the rest of the batch.
-static void route(const FfnSpec& s, const float* logits, int* choice, float* weight) {
+// Sorts ids by key, largest first (ties: lower id first), keeping the first k.
+static void top_k_ids(const std::vector<double>& key, int k, std::vector<int>& ids) {
+  ids.resize(key.size());
+  std::iota(ids.begin(), ids.end(), 0);
+  std::partial_sort(ids.begin(), ids.begin() + k, ids.end(),
+                    [&](int a, int b) { return key[a] > key[b] || (key[a] == key[b] && a < b); });
+  ids.resize(k);
+}
+
+void route_token(const FfnSpec& s, const float* logits, const float* correction, int* choice, float* weight) {
   const int E = s.n_experts, k = s.top_k;
-  float mx = logits[0];
-  for (int e = 1; e < E; ++e) mx = std::max(mx, logits[e]);
-  double sum = 0;
-  for (int e = 0; e < E; ++e) sum += std::exp(static_cast<double>(logits[e] - mx));
-  std::vector<int> order(E);
-  for (int e = 0; e < E; ++e) order[e] = e;
-  std::partial_sort(order.begin(), order.begin() + k, order.end(),
-                    [&](int a, int b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
-  double kept = 0;
-  for (int i = 0; i < k; ++i) {
-    choice[i] = order[i];
-    weight[i] = static_cast<float>(std::exp(static_cast<double>(logits[order[i]] - mx)) / sum);
-    kept += weight[i];
+  std::vector<double> key(E), p(E);
+  std::vector<int> top;
+  switch (s.routing) {
+    case Routing::SoftmaxTopK:
+    case Routing::TopKSoftmax: {
+      for (int e = 0; e < E; ++e) key[e] = logits[e];
+      top_k_ids(key, k, top);
+      // SoftmaxTopK normalises over all experts, TopKSoftmax over the chosen k only.
+      const double mx = key[top[0]];
+      double sum = 0;
+      if (s.routing == Routing::SoftmaxTopK)
+        for (int e = 0; e < E; ++e) sum += std::exp(key[e] - mx);
+      else
+        for (int e : top) sum += std::exp(key[e] - mx);
+      double kept = 0;
+      for (int i = 0; i < k; ++i) kept += (p[i] = std::exp(key[top[i]] - mx) / sum);
+      for (int i = 0; i < k; ++i) {
+        choice[i] = top[i];
+        weight[i] = static_cast<float>(s.renormalize ? p[i] / kept : p[i]);
+      }
+      return;
+    }
+    case Routing::SigmoidGrouped: {
+      for (int e = 0; e < E; ++e) {
+        p[e] = 1.0 / (1.0 + std::exp(-static_cast<double>(logits[e])));
+        key[e] = p[e] + (correction ? correction[e] : 0.0f);
+      }
+      // Groups of E / n_group experts, ranked by the sum of their two best keys; experts outside
+      // the best topk_group groups are out.
+      const int G = s.n_group, per = E / G;
+      if (G > 1) {
+        std::vector<double> group_score(G);
+        for (int g = 0; g < G; ++g) {
+          std::vector<double> v(key.begin() + g * per, key.begin() + (g + 1) * per);
+          std::partial_sort(v.begin(), v.begin() + std::min(2, per), v.end(), std::greater<>());
+          group_score[g] = v[0] + (per > 1 ? v[1] : 0.0);
+        }
+        std::vector<int> keep_groups;
+        top_k_ids(group_score, s.topk_group, keep_groups);
+        std::vector<bool> keep(G, false);
+        for (int g : keep_groups) keep[g] = true;
+        for (int e = 0; e < E; ++e)
+          if (!keep[e / per]) key[e] = -INFINITY;
+      }
+      top_k_ids(key, k, top);
+      double sum = 0;
+      for (int e : top) sum += p[e];
+      for (int i = 0; i < k; ++i) {
+        choice[i] = top[i];
+        const double wt = s.renormalize ? p[top[i]] / (sum + 1e-20) : p[top[i]];
+        weight[i] = static_cast<float>(wt * s.routed_scale);
+      }
+      return;
+    }
   }
-  if (s.renormalize)
-    for (int i = 0; i < k; ++i) weight[i] = static_cast<float>(weight[i] / kept);
 }
 
 void ffn_forward(const KernelContext& ctx, const FfnSpec& s, const FfnWeights& w, const float* x, int T,
                  FfnScratch& sc, float* out) {
-  if (s.kind == FfnKind::Mlp) return mlp_forward(ctx, s, w.mlp, x, T, sc, out);
-  const int H = w.router.cols, E = s.n_experts, k = s.top_k;
-  sc.logits.resize(static_cast<size_t>(T) * E);
-  sc.choice.resize(static_cast<size_t>(T) * k);
-  sc.weight.resize(static_cast<size_t>(T) * k);
-  cpu::matmul(ctx, w.router.view(), nullptr, x, T, sc.logits.data());  // (T, E)
-  for (int t = 0; t < T; ++t)
-    route(s, sc.logits.data() + static_cast<size_t>(t) * E, sc.choice.data() + static_cast<size_t>(t) * k,
-          sc.weight.data() + static_cast<size_t>(t) * k);
-  std::fill_n(out, static_cast<size_t>(T) * H, 0.0f);
-  // Each expert runs once on the rows routed to it (gathered into one GEMM), and its outputs are
-  // added back weighted. A token's sum runs over experts in id order whatever the batch holds.
-  for (int e = 0; e < E; ++e) {
-    sc.rows.clear();
+  if (s.kind == FfnKind::Mlp) {
+    mlp_forward(ctx, s.mlp, w.mlp, x, T, sc, out);
+  } else {
+    const int H = w.router.cols, E = s.n_experts, k = s.top_k;
+    sc.logits.resize(static_cast<size_t>(T) * E);
+    sc.choice.resize(static_cast<size_t>(T) * k);
+    sc.weight.resize(static_cast<size_t>(T) * k);
+    cpu::matmul(ctx, w.router.view(), nullptr, x, T, sc.logits.data());  // (T, E)
     for (int t = 0; t < T; ++t)
-      for (int i = 0; i < k; ++i)
-        if (sc.choice[static_cast<size_t>(t) * k + i] == e) sc.rows.push_back(t * k + i);
-    if (sc.rows.empty()) continue;
-    const int n = static_cast<int>(sc.rows.size());
-    sc.xe.resize(static_cast<size_t>(n) * H);
-    sc.ye.resize(static_cast<size_t>(n) * H);
-    for (int j = 0; j < n; ++j)
-      std::copy_n(x + static_cast<size_t>(sc.rows[j] / k) * H, H, sc.xe.data() + static_cast<size_t>(j) * H);
-    mlp_forward(ctx, s, w.experts[e], sc.xe.data(), n, sc, sc.ye.data());
-    for (int j = 0; j < n; ++j) {
-      const float wt = sc.weight[sc.rows[j]];
-      float* o = out + static_cast<size_t>(sc.rows[j] / k) * H;
-      const float* y = sc.ye.data() + static_cast<size_t>(j) * H;
-      for (int c = 0; c < H; ++c) o[c] += wt * y[c];
+      route_token(s, sc.logits.data() + static_cast<size_t>(t) * E, data_or_null(w.correction),
+                  sc.choice.data() + static_cast<size_t>(t) * k, sc.weight.data() + static_cast<size_t>(t) * k);
+    std::fill_n(out, static_cast<size_t>(T) * H, 0.0f);
+    // Each expert runs once on the rows routed to it (gathered into one GEMM), and its outputs are
+    // added back weighted. A token's sum runs over experts in id order whatever the batch holds.
+    for (int e = 0; e < E; ++e) {
+      sc.rows.clear();
+      for (int t = 0; t < T; ++t)
+        for (int i = 0; i < k; ++i)
+          if (sc.choice[static_cast<size_t>(t) * k + i] == e) sc.rows.push_back(t * k + i);
+      if (sc.rows.empty()) continue;
+      const int n = static_cast<int>(sc.rows.size());
+      sc.xe.resize(static_cast<size_t>(n) * H);
+      sc.ye.resize(static_cast<size_t>(n) * H);
+      for (int j = 0; j < n; ++j)
+        std::copy_n(x + static_cast<size_t>(sc.rows[j] / k) * H, H, sc.xe.data() + static_cast<size_t>(j) * H);
+      mlp_forward(ctx, s.mlp, w.experts[e], sc.xe.data(), n, sc, sc.ye.data());
+      for (int j = 0; j < n; ++j) {
+        const float wt = sc.weight[sc.rows[j]];
+        float* o = out + static_cast<size_t>(sc.rows[j] / k) * H;
+        const float* y = sc.ye.data() + static_cast<size_t>(j) * H;
+        for (int c = 0; c < H; ++c) o[c] += wt * y[c];
+      }
     }
+  }
+  if (s.shared.d_ff > 0) {  // out += shared_mlp(x)
+    const int H = w.shared.down.rows;
+    sc.extra.resize(static_cast<size_t>(T) * H);
+    mlp_forward(ctx, s.shared, w.shared, x, T, sc, sc.extra.data());
+    for (size_t i = 0; i < sc.extra.size(); ++i) out[i] += sc.extra[i];
   }
 }
 

@@ -1,0 +1,34 @@
+// LFM2's gated short convolution (Liquid AI, LFM2): in_proj -> B, C, x; y = C * conv(B * x) with a
+// short causal depthwise conv (no activation) -> out_proj. Its cache is the conv state alone.
+#pragma once
+
+#include <span>
+#include <string>
+#include <vector>
+
+#include "cache/state_pool.h"
+#include "models/blocks/seq_run.h"
+#include "models/config.h"
+#include "models/weights.h"
+
+namespace hybridlm {
+
+struct ShortConvWeights {
+  Matrix in_proj;   // (3H, H): B, C, x
+  Matrix out_proj;  // (H, H)
+  std::vector<float> in_bias, out_bias;
+  std::vector<float> conv_w;  // (H, K)
+  std::vector<float> conv_b;  // (H) or empty
+};
+
+struct ShortConvScratch {
+  std::vector<float> bcx, bx, y;
+};
+
+ShortConvWeights load_short_conv(const WeightReader& r, const std::string& prefix, const ShortConvSpec& s, int d_model);
+LayerStateSpec short_conv_state_spec(const ShortConvSpec& s, int d_model);
+
+void short_conv_forward(const KernelContext& ctx, const ShortConvSpec& s, const ShortConvWeights& w, const float* u,
+                        int T, int d_model, std::span<const SeqRun> runs, ShortConvScratch& scratch, float* out);
+
+}  // namespace hybridlm
