@@ -195,6 +195,20 @@ def bamba_config(hidden, layers, vocab, heads, kv_heads, d_ff, attn_idx, n_heads
     }
 
 
+def lfm2_config(hidden, layers, vocab, heads, kv_heads, d_ff, attn_idx, tie=True):
+    """An Lfm2Config (layer types from full_attn_idxs)."""
+    return {
+        "architectures": ["Lfm2ForCausalLM"], "model_type": "lfm2",
+        "hidden_size": hidden, "num_hidden_layers": layers, "vocab_size": vocab,
+        "num_attention_heads": heads, "num_key_value_heads": kv_heads, "intermediate_size": d_ff,
+        "norm_eps": 1e-5, "tie_word_embeddings": tie, "full_attn_idxs": list(attn_idx),
+        "rope_theta": 1000000.0, "conv_bias": False, "conv_L_cache": 3, "block_multiple_of": 16,
+        "block_ffn_dim_multiplier": 1.0, "block_auto_adjust_ff_dim": True,
+        "max_position_embeddings": 128000, "bos_token_id": 1, "eos_token_id": 7, "pad_token_id": 0,
+        "torch_dtype": "float32",
+    }
+
+
 # Full-size shapes are the public Hugging Face configs (token ids marked "unverified" where
 # only the shapes were checked); tiny ones are for tests.
 PRESETS = {
@@ -222,6 +236,8 @@ PRESETS = {
     "jamba-mini": lambda: jamba_config(4096, 32, 65536, 32, 8, 14336, 16, 2),
     # Bamba at test size: attention at layers 1 and 3 with half-rotary RoPE.
     "bamba-tiny": lambda: bamba_config(64, 4, 512, 4, 2, 96, [1, 3], 8, 16, chunk=16),
+    # LFM2 at test size: short-conv layers with attention at 2 and 4 (MLP 2/3 x 200 -> 144).
+    "lfm2-tiny": lambda: lfm2_config(64, 5, 512, 4, 2, 200, [2, 4]),
 }
 
 # --------------------------------------------------------------------------------------------
@@ -499,7 +515,59 @@ def bamba_specs(cfg):
     return specs + tail
 
 
-HYBRID_SPECS = {"hybridlm": hybridlm_specs, "jamba": jamba_specs, "bamba": bamba_specs}
+def lfm2_ff_dim(cfg):
+    """Lfm2MLP's width: 2/3 of intermediate_size, times the multiplier, rounded up."""
+    F = int(cfg.get("intermediate_size", cfg.get("block_ff_dim", 12288)))
+    if cfg.get("block_auto_adjust_ff_dim", True):
+        F = int(2 * F / 3)
+        if cfg.get("block_ffn_dim_multiplier", 1.0) is not None:
+            m = int(cfg.get("block_multiple_of", 256))
+            F = int(cfg.get("block_ffn_dim_multiplier", 1.0) * F)
+            F = m * ((F + m - 1) // m)
+    return F
+
+
+def lfm2_attention_layers(cfg):
+    L = int(cfg["num_hidden_layers"])
+    if "layer_types" in cfg:
+        return [t == "full_attention" for t in cfg["layer_types"]]
+    if "full_attn_idxs" in cfg:
+        return [i in set(cfg["full_attn_idxs"]) for i in range(L)]
+    return [True] * L
+
+
+def lfm2_specs(cfg):
+    """Lfm2ForCausalLM (research/hf-hybrid.md C.9)."""
+    H = int(cfg["hidden_size"])
+    tie = bool(cfg.get("tie_word_embeddings", True))
+    specs, tail = head_specs(cfg, tie, "model.embed_tokens.weight", "model.embed_tokens.weight",
+                             "model.embedding_norm.weight")
+    heads = int(cfg.get("num_attention_heads", 32))
+    kv_heads = int(cfg.get("num_key_value_heads", heads))
+    hd = int(cfg.get("head_dim") or H // heads)
+    L_cache, bias = int(cfg.get("conv_L_cache", 3)), bool(cfg.get("conv_bias", False))
+    F = lfm2_ff_dim(cfg)
+    for i, is_attn in enumerate(lfm2_attention_layers(cfg)):
+        p = "model.layers.%d." % i
+        specs.append((p + "operator_norm.weight", (H,), NORM_INIT))
+        if is_attn:
+            specs += attention_specs(p + "self_attn.", H, heads, kv_heads, hd, o_name="out_proj")
+            specs += [(p + "self_attn.q_layernorm.weight", (hd,), NORM_INIT),
+                      (p + "self_attn.k_layernorm.weight", (hd,), NORM_INIT)]
+        else:
+            c = p + "conv."
+            specs += [(c + "in_proj.weight", (3 * H, H), normal(H ** -0.5)),
+                      (c + "conv.weight", (H, 1, L_cache), normal(L_cache ** -0.5)),
+                      (c + "out_proj.weight", (H, H), normal(H ** -0.5))]
+            if bias:
+                specs += [(c + "in_proj.bias", (3 * H,), BIAS_INIT), (c + "conv.bias", (H,), BIAS_INIT),
+                          (c + "out_proj.bias", (H,), BIAS_INIT)]
+        specs.append((p + "ffn_norm.weight", (H,), NORM_INIT))
+        specs += mlp_specs(p + "feed_forward.", H, F, names=("w1", "w3", "w2"))
+    return specs + tail
+
+
+HYBRID_SPECS = {"hybridlm": hybridlm_specs, "jamba": jamba_specs, "bamba": bamba_specs, "lfm2": lfm2_specs}
 
 
 # --------------------------------------------------------------------------------------------

@@ -175,6 +175,37 @@ TEST(Config, BambaAttentionIndicesAndHalfRope) {
       << error_of(j);
 }
 
+TEST(Config, Lfm2WidthsNamesAndLayerTypes) {
+  const json base = {{"model_type", "lfm2"}, {"hidden_size", 2048}, {"num_hidden_layers", 4}, {"vocab_size", 100},
+                     {"num_attention_heads", 32}, {"num_key_value_heads", 8}, {"intermediate_size", 12288},
+                     {"block_ffn_dim_multiplier", 1.0}, {"block_multiple_of", 256}, {"full_attn_idxs", {1}}};
+  HybridConfig c = parse_config(base, "config.json");
+  // Lfm2MLP: int(2 x 12288 / 3) = 8192, x 1.0, rounded up to 256 -> 8192 (LFM2-1.2B's real width).
+  EXPECT_EQ(c.blocks[0].ffn.mlp.d_ff, 8192);
+  EXPECT_EQ(c.blocks[0].mixer, MixerKind::ShortConv);
+  EXPECT_EQ(c.blocks[1].mixer, MixerKind::Attention);
+  EXPECT_EQ(c.blocks[1].attn.o_name, "out_proj");
+  EXPECT_TRUE(c.blocks[1].attn.qk_norm);
+  EXPECT_EQ(c.blocks[1].attn.rope_dim, 64);
+  EXPECT_FLOAT_EQ(c.blocks[1].attn.rope_theta, 1e6f);
+  EXPECT_TRUE(c.tie_embeddings);
+  EXPECT_EQ(c.final_norm_name, "model.embedding_norm.weight");
+  json j = base;
+  j["block_ffn_dim_multiplier"] = 1.3;  // int(1.3 x 8192) = 10649 -> 10752
+  EXPECT_EQ(parse_config(j, "config.json").blocks[0].ffn.mlp.d_ff, 10752);
+  j.erase("block_ffn_dim_multiplier");  // absent: the default 1.0, rounded up
+  j["intermediate_size"] = 1000;
+  EXPECT_EQ(parse_config(j, "config.json").blocks[0].ffn.mlp.d_ff, 768);
+  j["block_ffn_dim_multiplier"] = nullptr;  // explicit null: no multiplier, no rounding
+  EXPECT_EQ(parse_config(j, "config.json").blocks[0].ffn.mlp.d_ff, 666);
+  j = base;
+  j.erase("full_attn_idxs");
+  j["layer_types"] = {"conv", "conv", "full_attention", "mamba"};
+  EXPECT_NE(error_of(j).find("layer_types = an array of 4: entry 3: unknown layer type (use conv or full_attention)"),
+            std::string::npos)
+      << error_of(j);
+}
+
 TEST(Config, HybridlmBlockPattern) {
   const json base = {{"model_type", "hybridlm"},
                      {"hidden_size", 64},

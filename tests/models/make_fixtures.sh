@@ -19,4 +19,5 @@ mkdir -p "$out"
   --set 'ssm={"d_state": 8, "head_dim": 8, "n_groups": 2, "chunk_size": 8, "dt_rank": 5}' >/dev/null
 "$py" "$tool" --preset jamba-tiny --out "$out/jamba" --seed 7 >/dev/null
 "$py" "$tool" --preset bamba-tiny --out "$out/bamba" --seed 8 --set mamba_n_groups=2 --set mamba_chunk_size=8 >/dev/null
+"$py" "$tool" --preset lfm2-tiny --out "$out/lfm2" --seed 9 >/dev/null
 echo "fixtures written to $out"

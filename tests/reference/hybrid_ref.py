@@ -111,7 +111,7 @@ def rope(x, rot, theta):
 
 
 def attention(w, p, u, H, heads, kv_heads, hd, rot, theta, scale=None, bias=False, qk_norm_eps=None,
-              o_name="o_proj"):
+              o_name="o_proj", qk_names=("q_norm", "k_norm")):
     """Causal GQA softmax attention over the whole sequence (positions 0..T-1)."""
     T = u.shape[0]
     q = linear(u, w(p + "q_proj.weight", (heads * hd, H)), w.opt(p + "q_proj.bias", (heads * hd,), bias))
@@ -119,8 +119,8 @@ def attention(w, p, u, H, heads, kv_heads, hd, rot, theta, scale=None, bias=Fals
     v = linear(u, w(p + "v_proj.weight", (kv_heads * hd, H)), w.opt(p + "v_proj.bias", (kv_heads * hd,), bias))
     q, k, v = q.reshape(T, heads, hd), k.reshape(T, kv_heads, hd), v.reshape(T, kv_heads, hd)
     if qk_norm_eps is not None:
-        q = rmsnorm(q, w(p + "q_norm.weight", (hd,)), qk_norm_eps)
-        k = rmsnorm(k, w(p + "k_norm.weight", (hd,)), qk_norm_eps)
+        q = rmsnorm(q, w(p + qk_names[0] + ".weight", (hd,)), qk_norm_eps)
+        k = rmsnorm(k, w(p + qk_names[1] + ".weight", (hd,)), qk_norm_eps)
     q, k = rope(q, rot, theta), rope(k, rot, theta)
     scale = hd ** -0.5 if scale is None else scale
     rep = heads // kv_heads
@@ -277,7 +277,52 @@ def bamba_forward(c, w, ids, norm_groups):
     return h @ (w("model.embed_tokens.weight") if c.get("tie_word_embeddings", False) else w("lm_head.weight", (V, H))).T
 
 
-FAMILIES = {"hybridlm": hybridlm_forward, "jamba": jamba_forward, "bamba": bamba_forward}
+def short_conv(w, p, u, H, L, bias):
+    """LFM2 gated short conv: B, C, x = in_proj(u) split in three; out_proj(C * conv(B * x))."""
+    bcx = linear(u, w(p + "in_proj.weight", (3 * H, H)), w.opt(p + "in_proj.bias", (3 * H,), bias))
+    B, C, x = bcx[:, :H], bcx[:, H:2 * H], bcx[:, 2 * H:]
+    y = causal_conv1d(B * x, w(p + "conv.weight", (H, 1, L)), w.opt(p + "conv.bias", (H,), bias))
+    return linear(C * y, w(p + "out_proj.weight", (H, H)), w.opt(p + "out_proj.bias", (H,), bias))
+
+
+def lfm2_forward(c, w, ids, norm_groups):
+    """Lfm2ForCausalLM (hf-hybrid.md C.9)."""
+    H, V, L = int(c["hidden_size"]), int(c["vocab_size"]), int(c["num_hidden_layers"])
+    eps = float(c.get("norm_eps", 1e-5))
+    heads = int(c.get("num_attention_heads", 32))
+    kv = int(c.get("num_key_value_heads", heads))
+    hd = int(c.get("head_dim") or H // heads)
+    theta = float(c.get("theta", (c.get("rope_parameters") or {}).get("rope_theta", c.get("rope_theta", 1e6))))
+    # Lfm2MLP's width, re-derived here from the config keys.
+    F = int(c.get("intermediate_size", c.get("block_ff_dim", 12288)))
+    if c.get("block_auto_adjust_ff_dim", True):
+        F = int(2 * F / 3)
+        if c.get("block_ffn_dim_multiplier", 1.0) is not None:
+            mult = int(c.get("block_multiple_of", 256))
+            F = int(c.get("block_ffn_dim_multiplier", 1.0) * F)
+            F = mult * ((F + mult - 1) // mult)
+    if "layer_types" in c:
+        attn = [t == "full_attention" for t in c["layer_types"]]
+    elif "full_attn_idxs" in c:
+        attn = [i in set(c["full_attn_idxs"]) for i in range(L)]
+    else:
+        attn = [True] * L
+    h = w("model.embed_tokens.weight", (V, H))[ids]
+    for i in range(L):
+        p = "model.layers.%d." % i
+        u = rmsnorm(h, w(p + "operator_norm.weight", (H,)), eps)
+        if attn[i]:
+            h = h + attention(w, p + "self_attn.", u, H, heads, kv, hd, hd, theta, qk_norm_eps=eps, o_name="out_proj",
+                              qk_names=("q_layernorm", "k_layernorm"))
+        else:
+            h = h + short_conv(w, p + "conv.", u, H, int(c.get("conv_L_cache", 3)), bool(c.get("conv_bias", False)))
+        u = rmsnorm(h, w(p + "ffn_norm.weight", (H,)), eps)
+        h = h + mlp(w, p + "feed_forward.", u, H, F, "silu", names=("w1", "w3", "w2"))
+    h = rmsnorm(h, w("model.embedding_norm.weight", (H,)), eps)
+    return h @ (w("model.embed_tokens.weight") if c.get("tie_word_embeddings", True) else w("lm_head.weight", (V, H))).T
+
+
+FAMILIES = {"hybridlm": hybridlm_forward, "jamba": jamba_forward, "bamba": bamba_forward, "lfm2": lfm2_forward}
 
 
 class Model:

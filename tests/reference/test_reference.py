@@ -99,6 +99,11 @@ CASES = [
     ("bamba-tiny", ["--preset", "bamba-tiny"], 39),
     ("bamba n_groups 2, full-width norm, T 300", ["--preset", "bamba-tiny", "--set", "mamba_n_groups=2"], 300,
      {"engine": ["--mamba2-norm", "full"], "norm": "full"}),
+    # LFM2: gated short conv, attention with q/k layernorms + RoPE, adjusted MLP width, tied.
+    ("lfm2-tiny", ["--preset", "lfm2-tiny"], 43),
+    ("lfm2 conv_bias, conv_L_cache 4, layer_types, untied",
+     ["--preset", "lfm2-tiny", "--untie", "--set", "conv_bias=true", "--set", "conv_L_cache=4",
+      "--set", 'layer_types=["conv", "full_attention", "conv", "conv", "full_attention"]'], 29),
     ("hybridlm gelu MLP, attention with bias, bf16 on disk",
      ["--preset", "hybridlm-tiny", "--dtype", "bf16", "--set", 'block_pattern=["m", "t"]',
       "--set", 'attention={"num_heads": 2, "num_kv_heads": 2, "bias": true}',

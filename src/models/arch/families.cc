@@ -14,6 +14,7 @@ const std::vector<Family>& families() {
       {"hybridlm", {"HybridLMForCausalLM"}, parse_hybridlm},
       {"jamba", {"JambaForCausalLM"}, parse_jamba},
       {"bamba", {"BambaForCausalLM"}, parse_bamba},
+      {"lfm2", {"Lfm2ForCausalLM"}, parse_lfm2},
   };
   return table;
 }

@@ -57,5 +57,6 @@ HybridConfig parse_mamba2(const JsonKeys& keys, NormGrouping mamba2_norm);
 HybridConfig parse_hybridlm(const JsonKeys& keys, NormGrouping mamba2_norm);
 HybridConfig parse_jamba(const JsonKeys& keys, NormGrouping mamba2_norm);
 HybridConfig parse_bamba(const JsonKeys& keys, NormGrouping mamba2_norm);
+HybridConfig parse_lfm2(const JsonKeys& keys, NormGrouping mamba2_norm);
 
 }  // namespace hybridlm

@@ -12,6 +12,7 @@ class JsonKeys {
  public:
   JsonKeys(const nlohmann::json& j, std::string where) : j_(j), where_(std::move(where)) {}
   bool has(const char* key) const { return j_.contains(key) && !j_[key].is_null(); }
+  bool is_null(const char* key) const { return j_.contains(key) && j_[key].is_null(); }  // present as null
   int64_t integer(const char* key) const;  // required
   int64_t integer(const char* key, int64_t def) const;
   double number(const char* key, double def) const;
