@@ -209,6 +209,26 @@ def lfm2_config(hidden, layers, vocab, heads, kv_heads, d_ff, attn_idx, tie=True
     }
 
 
+def nemotron_h_config(hidden, vocab, pattern, heads, kv_heads, head_dim, d_ff, mamba_heads, mamba_head_dim,
+                      d_state, groups, experts=4, top_k=2, moe_ff=48, shared_ff=40, n_group=1, topk_group=1):
+    """A NemotronHConfig in the hub form (hybrid_override_pattern)."""
+    return {
+        "architectures": ["NemotronHForCausalLM"], "model_type": "nemotron_h",
+        "hidden_size": hidden, "vocab_size": vocab, "hybrid_override_pattern": pattern,
+        "num_hidden_layers": len(pattern), "num_attention_heads": heads, "num_key_value_heads": kv_heads,
+        "head_dim": head_dim, "intermediate_size": d_ff, "mlp_hidden_act": "relu2", "mlp_bias": False,
+        "mamba_num_heads": mamba_heads, "mamba_head_dim": mamba_head_dim, "ssm_state_size": d_state,
+        "n_groups": groups, "conv_kernel": 4, "chunk_size": 16, "use_bias": False, "use_conv_bias": True,
+        "mamba_hidden_act": "silu", "time_step_min": 0.001, "time_step_max": 0.1, "time_step_floor": 1e-4,
+        "time_step_limit": [0.0, float("inf")], "layer_norm_epsilon": 1e-5, "residual_in_fp32": False,
+        "n_routed_experts": experts, "num_experts_per_tok": top_k, "moe_intermediate_size": moe_ff,
+        "moe_shared_expert_intermediate_size": shared_ff, "n_shared_experts": 1, "n_group": n_group,
+        "topk_group": topk_group, "norm_topk_prob": True, "routed_scaling_factor": 2.5,
+        "tie_word_embeddings": False, "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0,
+        "torch_dtype": "float32",
+    }
+
+
 # Full-size shapes are the public Hugging Face configs (token ids marked "unverified" where
 # only the shapes were checked); tiny ones are for tests.
 PRESETS = {
@@ -238,6 +258,9 @@ PRESETS = {
     "bamba-tiny": lambda: bamba_config(64, 4, 512, 4, 2, 96, [1, 3], 8, 16, chunk=16),
     # LFM2 at test size: short-conv layers with attention at 2 and 4 (MLP 2/3 x 200 -> 144).
     "lfm2-tiny": lambda: lfm2_config(64, 5, 512, 4, 2, 200, [2, 4]),
+    # Nemotron-H at test size: every layer kind, grouped Mamba-2 norm, 4 experts in 2 groups.
+    "nemotron-h-tiny": lambda: nemotron_h_config(64, 512, "M*-ME-M", 4, 2, 16, 96, 8, 16, 16, 2,
+                                                 n_group=2, topk_group=1),
 }
 
 # --------------------------------------------------------------------------------------------
@@ -567,7 +590,49 @@ def lfm2_specs(cfg):
     return specs + tail
 
 
-HYBRID_SPECS = {"hybridlm": hybridlm_specs, "jamba": jamba_specs, "bamba": bamba_specs, "lfm2": lfm2_specs}
+def nemotron_h_kinds(cfg):
+    if cfg.get("hybrid_override_pattern"):
+        return list(cfg["hybrid_override_pattern"])
+    names = {"mamba": "M", "linear_attention": "M", "attention": "*", "full_attention": "*", "mlp": "-", "moe": "E"}
+    return [names[t] for t in cfg.get("layers_block_type") or cfg["layer_types"]]
+
+
+def nemotron_h_specs(cfg):
+    """NemotronHForCausalLM (research/hf-hybrid.md C.6), hub layout (backbone.)."""
+    H = int(cfg["hidden_size"])
+    tie = bool(cfg.get("tie_word_embeddings", False))
+    specs, tail = head_specs(cfg, tie, "backbone.embeddings.weight", "backbone.embeddings.weight",
+                             "backbone.norm_f.weight")
+    nh, P = int(cfg.get("mamba_num_heads", 128)), int(cfg.get("mamba_head_dim", 64))
+    G, N = int(cfg.get("n_groups", 8)), int(cfg.get("ssm_state_size", 128))
+    K = int(cfg.get("conv_kernel", 4))
+    heads = int(cfg.get("num_attention_heads", 32))
+    kv_heads = int(cfg.get("num_key_value_heads", heads))
+    hd = int(cfg.get("head_dim") or cfg.get("attention_head_dim") or H // heads)
+    E = int(cfg.get("n_routed_experts", 8))
+    for i, kind in enumerate(nemotron_h_kinds(cfg)):
+        p = "backbone.layers.%d." % i
+        m = p + "mixer."
+        specs.append((p + "norm.weight", (H,), NORM_INIT))
+        if kind == "M":
+            specs += mamba2_mixer_specs(m, H, nh * P, nh, G, N, K, bool(cfg.get("use_bias", False)),
+                                        bool(cfg.get("use_conv_bias", True)))
+        elif kind == "*":
+            specs += attention_specs(m, H, heads, kv_heads, hd)
+        elif kind == "-":
+            specs += mlp_specs(m, H, int(cfg.get("intermediate_size", 21504)), gated=False)
+        elif kind == "E":
+            specs.append((m + "gate.weight", (E, H), normal(0.5)))
+            specs.append((m + "gate.e_score_correction_bias", (E,), normal(0.1)))
+            for e in range(E):
+                specs += mlp_specs(m + "experts.%d." % e, H, int(cfg.get("moe_intermediate_size", 7688)), gated=False)
+            specs += mlp_specs(m + "shared_experts.", H, int(cfg.get("moe_shared_expert_intermediate_size", 7688)),
+                               gated=False)
+    return specs + tail
+
+
+HYBRID_SPECS = {"hybridlm": hybridlm_specs, "jamba": jamba_specs, "bamba": bamba_specs, "lfm2": lfm2_specs,
+                "nemotron_h": nemotron_h_specs}
 
 
 # --------------------------------------------------------------------------------------------

@@ -206,6 +206,37 @@ TEST(Config, Lfm2WidthsNamesAndLayerTypes) {
       << error_of(j);
 }
 
+TEST(Config, NemotronHPatternAndMoe) {
+  const json base = {{"model_type", "nemotron_h"}, {"hidden_size", 64}, {"vocab_size", 100},
+                     {"hybrid_override_pattern", "M*-E"}, {"num_attention_heads", 4}, {"num_key_value_heads", 2},
+                     {"head_dim", 16}, {"intermediate_size", 96}, {"mamba_num_heads", 8}, {"mamba_head_dim", 16},
+                     {"ssm_state_size", 16}, {"n_groups", 2}, {"n_routed_experts", 4}, {"num_experts_per_tok", 2},
+                     {"moe_intermediate_size", 32}, {"moe_shared_expert_intermediate_size", 24}};
+  HybridConfig c = parse_config(base, "config.json");
+  EXPECT_EQ(c.layer_pattern(), "mamba2 x1, attention x1, mlp x1, moe x1");
+  EXPECT_EQ(c.blocks[0].m2.d_inner, 128);
+  EXPECT_EQ(c.blocks[0].m2.norm_grouping, NormGrouping::Grouped);
+  EXPECT_FLOAT_EQ(c.blocks[0].m2.dt_min, 0.001f);
+  EXPECT_EQ(c.blocks[1].attn.rope_dim, 0);
+  EXPECT_EQ(c.blocks[2].ffn.mlp.act, Activation::Relu2);
+  EXPECT_FALSE(c.blocks[2].ffn.mlp.gated);
+  EXPECT_EQ(c.blocks[2].names.ffn_norm, "backbone.layers.2.norm.weight");
+  EXPECT_EQ(c.blocks[3].ffn.routing, Routing::SigmoidGrouped);
+  EXPECT_EQ(c.blocks[3].ffn.shared.d_ff, 24);
+  EXPECT_EQ(c.blocks[3].ffn.shared_prefix, "backbone.layers.3.mixer.shared_experts.");
+  json j = base;
+  j["hybrid_override_pattern"] = "M*X";
+  EXPECT_NE(error_of(j).find("character 2 is 'X': use M (mamba), * (attention), - (mlp) or E (moe)"),
+            std::string::npos)
+      << error_of(j);
+  j = base;
+  j["n_group"] = 3;
+  EXPECT_NE(error_of(j).find("n_group = 3: must divide n_routed_experts"), std::string::npos) << error_of(j);
+  j = base;
+  j["moe_latent_size"] = 16;
+  EXPECT_NE(error_of(j).find("moe_latent_size = 16: latent MoE projections are not supported"), std::string::npos);
+}
+
 TEST(Config, HybridlmBlockPattern) {
   const json base = {{"model_type", "hybridlm"},
                      {"hidden_size", 64},

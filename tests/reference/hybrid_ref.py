@@ -322,7 +322,67 @@ def lfm2_forward(c, w, ids, norm_groups):
     return h @ (w("model.embed_tokens.weight") if c.get("tie_word_embeddings", True) else w("lm_head.weight", (V, H))).T
 
 
-FAMILIES = {"hybridlm": hybridlm_forward, "jamba": jamba_forward, "bamba": bamba_forward, "lfm2": lfm2_forward}
+def moe_sigmoid(w, p, u, H, F, E, top_k, n_group, topk_group, norm, scale, act):
+    """DeepSeek-V3 style routing (Nemotron-H): sigmoid scores, choice by score + correction bias
+    within the best groups (a group ranks by its two best biased scores), weights the unbiased
+    scores of the chosen, renormalised if `norm`, times `scale`."""
+    logits = linear(u, w(p + "gate.weight", (E, H)))
+    bias = w(p + "gate.e_score_correction_bias", (E,))
+    out = np.zeros_like(u)
+    per = E // n_group
+    for t in range(u.shape[0]):
+        s = 1.0 / (1.0 + np.exp(-logits[t]))
+        key = s + bias
+        if n_group > 1:
+            gs = np.array([np.sort(key[g * per:(g + 1) * per])[::-1][:2].sum() for g in range(n_group)])
+            keep = np.argsort(-gs, kind="stable")[:topk_group]
+            key = np.array([key[e] if e // per in keep else 0.0 for e in range(E)])
+        top = np.argsort(-key, kind="stable")[:top_k]
+        wts = s[top] / (s[top].sum() + 1e-20) if norm else s[top]
+        for e, wt in zip(top, wts * scale):
+            out[t] += wt * mlp(w, p + "experts.%d." % e, u[t:t + 1], H, F, act, gated=False)[0]
+    return out
+
+
+def nemotron_h_forward(c, w, ids, norm_groups):
+    """NemotronHForCausalLM (hf-hybrid.md C.6): one op per layer; dt >= time_step_min (HF torch)."""
+    H, V = int(c["hidden_size"]), int(c["vocab_size"])
+    eps = float(c.get("layer_norm_epsilon", 1e-5))
+    if c.get("hybrid_override_pattern"):
+        kinds = list(c["hybrid_override_pattern"])
+    else:
+        names = {"mamba": "M", "linear_attention": "M", "attention": "*", "full_attention": "*", "mlp": "-", "moe": "E"}
+        kinds = [names[t] for t in c.get("layers_block_type") or c["layer_types"]]
+    nh, P = int(c.get("mamba_num_heads", 128)), int(c.get("mamba_head_dim", 64))
+    I, G, N = nh * P, int(c.get("n_groups", 8)), int(c.get("ssm_state_size", 128))
+    heads = int(c.get("num_attention_heads", 32))
+    kv = int(c.get("num_key_value_heads", heads))
+    hd = int(c.get("head_dim") or c.get("attention_head_dim") or H // heads)
+    h = w("backbone.embeddings.weight", (V, H))[ids]
+    for i, kind in enumerate(kinds):
+        p = "backbone.layers.%d." % i
+        m = p + "mixer."
+        u = rmsnorm(h, w(p + "norm.weight", (H,)), eps)
+        if kind == "M":
+            h = h + mamba2(w, m, u, H, I, nh, G, N, int(c.get("conv_kernel", 4)), bool(c.get("use_bias", False)),
+                           bool(c.get("use_conv_bias", True)), eps, I // G,
+                           (float(c.get("time_step_min", 0.001)), math.inf))
+        elif kind == "*":
+            h = h + attention(w, m, u, H, heads, kv, hd, 0, 10000.0)
+        elif kind == "-":
+            h = h + mlp(w, m, u, H, int(c.get("intermediate_size", 21504)), "relu2", gated=False)
+        else:
+            h = h + moe_sigmoid(w, m, u, H, int(c.get("moe_intermediate_size", 7688)), int(c.get("n_routed_experts", 8)),
+                                int(c.get("num_experts_per_tok", 2)), int(c.get("n_group", 1)),
+                                int(c.get("topk_group", 1)), bool(c.get("norm_topk_prob", True)),
+                                float(c.get("routed_scaling_factor", 1.0)), "relu2")
+            h = h + mlp(w, m + "shared_experts.", u, H, int(c.get("moe_shared_expert_intermediate_size", 7688)),
+                        "relu2", gated=False)
+    h = rmsnorm(h, w("backbone.norm_f.weight", (H,)), eps)
+    return h @ (w("backbone.embeddings.weight") if c.get("tie_word_embeddings", False) else w("lm_head.weight", (V, H))).T
+
+
+FAMILIES = {"nemotron_h": nemotron_h_forward, "hybridlm": hybridlm_forward, "jamba": jamba_forward, "bamba": bamba_forward, "lfm2": lfm2_forward}
 
 
 class Model:

@@ -104,6 +104,12 @@ CASES = [
     ("lfm2 conv_bias, conv_L_cache 4, layer_types, untied",
      ["--preset", "lfm2-tiny", "--untie", "--set", "conv_bias=true", "--set", "conv_L_cache=4",
       "--set", 'layer_types=["conv", "full_attention", "conv", "conv", "full_attention"]'], 29),
+    # Nemotron-H: M/*/-/E layers, grouped gated norm, dt >= time_step_min, sigmoid-grouped MoE.
+    ("nemotron-h-tiny", ["--preset", "nemotron-h-tiny"], 47),
+    ("nemotron-h layer list, 8 experts in 4 groups keep 2, top-3, time_step_min 0.03",
+     ["--preset", "nemotron-h-tiny", "--set", 'layers_block_type=["moe", "mamba", "attention", "mlp", "moe"]',
+      "--set", "hybrid_override_pattern=null", "--set", "n_routed_experts=8", "--set", "n_group=4",
+      "--set", "topk_group=2", "--set", "num_experts_per_tok=3", "--set", "time_step_min=0.03"], 38),
     ("hybridlm gelu MLP, attention with bias, bf16 on disk",
      ["--preset", "hybridlm-tiny", "--dtype", "bf16", "--set", 'block_pattern=["m", "t"]',
       "--set", 'attention={"num_heads": 2, "num_kv_heads": 2, "bias": true}',

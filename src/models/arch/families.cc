@@ -15,6 +15,7 @@ const std::vector<Family>& families() {
       {"jamba", {"JambaForCausalLM"}, parse_jamba},
       {"bamba", {"BambaForCausalLM"}, parse_bamba},
       {"lfm2", {"Lfm2ForCausalLM"}, parse_lfm2},
+      {"nemotron_h", {"NemotronHForCausalLM"}, parse_nemotron_h},
   };
   return table;
 }
@@ -28,7 +29,7 @@ HybridConfig read_common_keys(const JsonKeys& k, const CommonDefaults& d) {
   c.bos_token_id = k.token_id("bos_token_id", d.bos);
   c.eos_token_id = k.token_id("eos_token_id", d.eos);
   c.pad_token_id = k.token_id("pad_token_id", d.pad);
-  if (k.string("hidden_act", "silu") != "silu") k.fail("hidden_act", "only silu is supported");
+  if (d.check_hidden_act && k.string("hidden_act", "silu") != "silu") k.fail("hidden_act", "only silu is supported");
   // residual_in_fp32 is read by nobody: the residual stream is always f32 here (with false, HF
   // would round it to the model dtype each layer, which only matters for bf16/f16 models).
   return c;

@@ -27,6 +27,7 @@ struct CommonDefaults {
   int32_t bos, eos, pad;
   const char* eps_key = "layer_norm_epsilon";  // jamba, bamba, ...: "rms_norm_eps"
   double eps = 1e-5;
+  bool check_hidden_act = true;  // refuse a hidden_act other than silu
 };
 HybridConfig read_common_keys(const JsonKeys& keys, const CommonDefaults& defaults);
 
@@ -58,5 +59,6 @@ HybridConfig parse_hybridlm(const JsonKeys& keys, NormGrouping mamba2_norm);
 HybridConfig parse_jamba(const JsonKeys& keys, NormGrouping mamba2_norm);
 HybridConfig parse_bamba(const JsonKeys& keys, NormGrouping mamba2_norm);
 HybridConfig parse_lfm2(const JsonKeys& keys, NormGrouping mamba2_norm);
+HybridConfig parse_nemotron_h(const JsonKeys& keys, NormGrouping mamba2_norm);
 
 }  // namespace hybridlm

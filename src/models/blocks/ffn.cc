@@ -135,8 +135,9 @@ void route_token(const FfnSpec& s, const float* logits, const float* correction,
         top_k_ids(group_score, s.topk_group, keep_groups);
         std::vector<bool> keep(G, false);
         for (int g : keep_groups) keep[g] = true;
+        // Experts of the other groups score 0 (as transformers masks them), not -inf.
         for (int e = 0; e < E; ++e)
-          if (!keep[e / per]) key[e] = -INFINITY;
+          if (!keep[e / per]) key[e] = 0.0;
       }
       top_k_ids(key, k, top);
       double sum = 0;
