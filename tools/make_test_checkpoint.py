@@ -229,6 +229,25 @@ def nemotron_h_config(hidden, vocab, pattern, heads, kv_heads, head_dim, d_ff, m
     }
 
 
+def granite_config(hidden, layers, vocab, heads, kv_heads, attn_layers, experts, top_k, d_ff, shared_ff,
+                   mamba_heads, d_state, rope=False):
+    """A GraniteMoeHybridConfig (µP multipliers set to non-trivial values)."""
+    return {
+        "architectures": ["GraniteMoeHybridForCausalLM"], "model_type": "granitemoehybrid",
+        "hidden_size": hidden, "num_hidden_layers": layers, "vocab_size": vocab,
+        "num_attention_heads": heads, "num_key_value_heads": kv_heads,
+        "layer_types": ["attention" if i in attn_layers else "mamba" for i in range(layers)],
+        "num_local_experts": experts, "num_experts_per_tok": top_k, "intermediate_size": d_ff,
+        "shared_intermediate_size": shared_ff, "hidden_act": "silu", "rms_norm_eps": 1e-6,
+        "embedding_multiplier": 12.0, "residual_multiplier": 0.22, "attention_multiplier": 0.0078125,
+        "logits_scaling": 8.0, "position_embedding_type": "rope" if rope else None, "rope_theta": 10000.0,
+        "mamba_n_heads": mamba_heads, "mamba_d_head": "auto", "mamba_n_groups": 1, "mamba_d_state": d_state,
+        "mamba_d_conv": 4, "mamba_expand": 2, "mamba_chunk_size": 256, "mamba_conv_bias": True,
+        "mamba_proj_bias": False, "attention_bias": False, "tie_word_embeddings": True,
+        "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0, "torch_dtype": "float32",
+    }
+
+
 # Full-size shapes are the public Hugging Face configs (token ids marked "unverified" where
 # only the shapes were checked); tiny ones are for tests.
 PRESETS = {
@@ -259,6 +278,8 @@ PRESETS = {
     # LFM2 at test size: short-conv layers with attention at 2 and 4 (MLP 2/3 x 200 -> 144).
     "lfm2-tiny": lambda: lfm2_config(64, 5, 512, 4, 2, 200, [2, 4]),
     # Nemotron-H at test size: every layer kind, grouped Mamba-2 norm, 4 experts in 2 groups.
+    # Granite 4.0-H at test size: µP multipliers, MoE top-2 of 4 + shared MLP, NoPE attention.
+    "granite-h-tiny": lambda: granite_config(64, 4, 512, 4, 2, [2], 4, 2, 32, 48, 8, 16),
     "nemotron-h-tiny": lambda: nemotron_h_config(64, 512, "M*-ME-M", 4, 2, 16, 96, 8, 16, 16, 2,
                                                  n_group=2, topk_group=1),
 }
@@ -631,7 +652,45 @@ def nemotron_h_specs(cfg):
     return specs + tail
 
 
-HYBRID_SPECS = {"hybridlm": hybridlm_specs, "jamba": jamba_specs, "bamba": bamba_specs, "lfm2": lfm2_specs,
+def granite_attention_layers(cfg):
+    types = cfg.get("layer_types") or cfg.get("layers_block_type")
+    if types:
+        return [t in ("attention", "full_attention") for t in types]
+    return [False] * int(cfg["num_hidden_layers"])
+
+
+def granitemoehybrid_specs(cfg):
+    """GraniteMoeHybridForCausalLM (research/hf-hybrid.md C.5)."""
+    H = int(cfg["hidden_size"])
+    tie = bool(cfg.get("tie_word_embeddings", False))
+    specs, tail = head_specs(cfg, tie, "model.embed_tokens.weight", "model.embed_tokens.weight", "model.norm.weight")
+    I = int(cfg.get("mamba_expand", 2) * H)
+    nh = int(cfg.get("mamba_n_heads", 128))
+    G, N, K = int(cfg.get("mamba_n_groups", 1)), int(cfg.get("mamba_d_state", 256)), int(cfg.get("mamba_d_conv", 4))
+    heads = int(cfg.get("num_attention_heads", 32))
+    kv_heads = int(cfg.get("num_key_value_heads", heads))
+    E, F, S = int(cfg.get("num_local_experts", 8)), int(cfg.get("intermediate_size", 11008)), \
+        int(cfg.get("shared_intermediate_size", 1024))
+    for i, is_attn in enumerate(granite_attention_layers(cfg)):
+        p = "model.layers.%d." % i
+        specs.append((p + "input_layernorm.weight", (H,), NORM_INIT))
+        if is_attn:
+            specs += attention_specs(p + "self_attn.", H, heads, kv_heads, H // heads)
+        else:
+            specs += mamba2_mixer_specs(p + "mamba.", H, I, nh, G, N, K, bool(cfg.get("mamba_proj_bias", False)),
+                                        bool(cfg.get("mamba_conv_bias", True)))
+        specs.append((p + "post_attention_layernorm.weight", (H,), NORM_INIT))
+        specs += [(p + "shared_mlp.input_linear.weight", (2 * S, H), normal(H ** -0.5)),
+                  (p + "shared_mlp.output_linear.weight", (H, S), normal(S ** -0.5))]
+        if E > 0:
+            m = p + "block_sparse_moe."
+            specs += [(m + "router.layer.weight", (E, H), normal(0.25)),
+                      (m + "input_linear.weight", (E, 2 * F, H), normal(H ** -0.5)),
+                      (m + "output_linear.weight", (E, H, F), normal(F ** -0.5))]
+    return specs + tail
+
+
+HYBRID_SPECS = {"granitemoehybrid": granitemoehybrid_specs, "hybridlm": hybridlm_specs, "jamba": jamba_specs, "bamba": bamba_specs, "lfm2": lfm2_specs,
                 "nemotron_h": nemotron_h_specs}
 
 

@@ -131,6 +131,9 @@ struct HybridConfig {
   int vocab_size = 0;
   float norm_eps = 1e-5f;
   bool tie_embeddings = true;
+  // µP-style scalars (Granite, Falcon-H1): h0 = embedding(ids) x embedding_multiplier; every
+  // residual add is h += residual_multiplier x sublayer(h); logits x logits_multiplier.
+  float embedding_multiplier = 1.0f, residual_multiplier = 1.0f, logits_multiplier = 1.0f;
   std::optional<int32_t> bos_token_id, eos_token_id, pad_token_id;
   std::vector<BlockSpec> blocks;
   // Global tensor names (the family's layout).

@@ -102,6 +102,9 @@ void Model::forward(const KernelContext& ctx, std::span<const int32_t> tokens, s
   sc.mix.resize(static_cast<size_t>(T) * H);
   // h: (T, H) = embedding[tokens]; the residual stream stays f32 (residual_in_fp32).
   cpu::embedding(embedding_.view(), tokens.data(), T, sc.h.data());
+  if (cfg_.embedding_multiplier != 1.0f)
+    for (float& v : sc.h) v *= cfg_.embedding_multiplier;
+  const float rm = cfg_.residual_multiplier;
   const std::vector<LayerCacheSpec>& kinds = cache.layers();
   for (int l = 0; l < cfg_.n_layers(); ++l) {
     const BlockSpec& b = cfg_.blocks[l];
@@ -135,13 +138,13 @@ void Model::forward(const KernelContext& ctx, std::span<const int32_t> tokens, s
           short_conv_forward(ctx, b.conv, w.conv, sc.xn.data(), T, H, sc.runs, sc.conv, sc.mix.data());
           break;
       }
-      for (size_t i = 0; i < sc.h.size(); ++i) sc.h[i] += sc.mix[i];
+      for (size_t i = 0; i < sc.h.size(); ++i) sc.h[i] += rm * sc.mix[i];
     }
     if (b.ffn.kind != FfnKind::None) {
       // h += ffn(rmsnorm(h) * ffn_norm_w)
       cpu::rmsnorm(ctx, sc.h.data(), w.ffn_norm.data(), T, H, cfg_.norm_eps, sc.xn.data());
       ffn_forward(ctx, b.ffn, w.ffn, sc.xn.data(), T, sc.ffn, sc.mix.data());
-      for (size_t i = 0; i < sc.h.size(); ++i) sc.h[i] += sc.mix[i];
+      for (size_t i = 0; i < sc.h.size(); ++i) sc.h[i] += rm * sc.mix[i];
     }
   }
   cache.commit(runs);
@@ -154,6 +157,8 @@ void Model::forward(const KernelContext& ctx, std::span<const int32_t> tokens, s
   cpu::rmsnorm(ctx, sc.rows.data(), norm_f_.data(), R, H, cfg_.norm_eps, sc.rows.data());
   const Matrix& head = cfg_.tie_embeddings ? embedding_ : lm_head_;
   cpu::matmul(ctx, head.view(), nullptr, sc.rows.data(), R, logits);
+  if (cfg_.logits_multiplier != 1.0f)
+    for (size_t i = 0; i < static_cast<size_t>(R) * cfg_.vocab_size; ++i) logits[i] *= cfg_.logits_multiplier;
 }
 
 }  // namespace hybridlm

@@ -21,4 +21,5 @@ mkdir -p "$out"
 "$py" "$tool" --preset bamba-tiny --out "$out/bamba" --seed 8 --set mamba_n_groups=2 --set mamba_chunk_size=8 >/dev/null
 "$py" "$tool" --preset lfm2-tiny --out "$out/lfm2" --seed 9 >/dev/null
 "$py" "$tool" --preset nemotron-h-tiny --out "$out/nemotron_h" --seed 10 >/dev/null
+"$py" "$tool" --preset granite-h-tiny --out "$out/granite" --seed 11 --set position_embedding_type='"rope"' >/dev/null
 echo "fixtures written to $out"

@@ -382,7 +382,59 @@ def nemotron_h_forward(c, w, ids, norm_groups):
     return h @ (w("backbone.embeddings.weight") if c.get("tie_word_embeddings", False) else w("lm_head.weight", (V, H))).T
 
 
-FAMILIES = {"nemotron_h": nemotron_h_forward, "hybridlm": hybridlm_forward, "jamba": jamba_forward, "bamba": bamba_forward, "lfm2": lfm2_forward}
+def fused_mlp(wi, wo, u):
+    """act(c0) * c1 with (c0, c1) = the two halves of u @ wi^T (gate first); then @ wo^T."""
+    c = u @ wi.T
+    F = c.shape[1] // 2
+    return (silu(c[:, :F]) * c[:, F:]) @ wo.T
+
+
+def granitemoehybrid_forward(c, w, ids, norm_groups):
+    """GraniteMoeHybridForCausalLM (hf-hybrid.md C.5)."""
+    H, V, L = int(c["hidden_size"]), int(c["vocab_size"]), int(c["num_hidden_layers"])
+    eps = float(c.get("rms_norm_eps", 1e-6))
+    types = c.get("layer_types") or c.get("layers_block_type") or ["mamba"] * L
+    I = int(c.get("mamba_expand", 2) * H)
+    nh = int(c.get("mamba_n_heads", 128))
+    G, N, K = int(c.get("mamba_n_groups", 1)), int(c.get("mamba_d_state", 256)), int(c.get("mamba_d_conv", 4))
+    heads = int(c.get("num_attention_heads", 32))
+    kv = int(c.get("num_key_value_heads", heads))
+    hd = H // heads
+    rot = hd if c.get("position_embedding_type") == "rope" else 0
+    E, F, S = int(c.get("num_local_experts", 8)), int(c.get("intermediate_size", 11008)), \
+        int(c.get("shared_intermediate_size", 1024))
+    k = int(c.get("num_experts_per_tok", 2))
+    rm = float(c.get("residual_multiplier", 1.0))
+    h = w("model.embed_tokens.weight", (V, H))[ids] * float(c.get("embedding_multiplier", 1.0))
+    for i in range(L):
+        p = "model.layers.%d." % i
+        u = rmsnorm(h, w(p + "input_layernorm.weight", (H,)), eps)
+        if types[i] in ("attention", "full_attention"):
+            out = attention(w, p + "self_attn.", u, H, heads, kv, hd, rot, float(c.get("rope_theta", 10000.0)),
+                            scale=float(c.get("attention_multiplier", 1.0)))
+        else:
+            gs = I // G if norm_groups == "grouped" else I
+            out = mamba2(w, p + "mamba.", u, H, I, nh, G, N, K, bool(c.get("mamba_proj_bias", False)),
+                         bool(c.get("mamba_conv_bias", True)), eps, gs)
+        h = h + rm * out
+        u = rmsnorm(h, w(p + "post_attention_layernorm.weight", (H,)), eps)
+        f = fused_mlp(w(p + "shared_mlp.input_linear.weight", (2 * S, H)), w(p + "shared_mlp.output_linear.weight", (H, S)), u)
+        if E > 0:
+            m = p + "block_sparse_moe."
+            logits = linear(u, w(m + "router.layer.weight", (E, H)))
+            wi, wo = w(m + "input_linear.weight", (E, 2 * F, H)), w(m + "output_linear.weight", (E, H, F))
+            for t in range(u.shape[0]):
+                top = np.argsort(-logits[t], kind="stable")[:k]        # top-k logits, then softmax over them
+                g = np.exp(logits[t][top] - logits[t][top].max())
+                for e, gate in zip(top, g / g.sum()):
+                    f[t] += gate * fused_mlp(wi[e], wo[e], u[t:t + 1])[0]
+        h = h + rm * f
+    h = rmsnorm(h, w("model.norm.weight", (H,)), eps)
+    head = w("model.embed_tokens.weight") if c.get("tie_word_embeddings", False) else w("lm_head.weight", (V, H))
+    return (h @ head.T) / float(c.get("logits_scaling", 1.0))
+
+
+FAMILIES = {"granitemoehybrid": granitemoehybrid_forward, "nemotron_h": nemotron_h_forward, "hybridlm": hybridlm_forward, "jamba": jamba_forward, "bamba": bamba_forward, "lfm2": lfm2_forward}
 
 
 class Model:

@@ -110,6 +110,13 @@ CASES = [
      ["--preset", "nemotron-h-tiny", "--set", 'layers_block_type=["moe", "mamba", "attention", "mlp", "moe"]',
       "--set", "hybrid_override_pattern=null", "--set", "n_routed_experts=8", "--set", "n_group=4",
       "--set", "topk_group=2", "--set", "num_experts_per_tok=3", "--set", "time_step_min=0.03"], 38),
+    # Granite 4.0-H: µP multipliers, attention_multiplier scale, top-k-softmax MoE over stacked
+    # experts + shared MLP; then RoPE on, no experts (shared MLP only), --dtype bf16 with mapping.
+    ("granite-h-tiny", ["--preset", "granite-h-tiny"], 35),
+    ("granite rope, no experts, untied", ["--preset", "granite-h-tiny", "--untie", "--set", "position_embedding_type=\"rope\"",
+                                          "--set", "num_local_experts=0"], 31),
+    ("granite bf16 on disk, --dtype bf16 (stacked experts mapped in place)", ["--preset", "granite-h-tiny", "--dtype", "bf16"],
+     27, {"engine": ["--dtype", "bf16"]}),
     ("hybridlm gelu MLP, attention with bias, bf16 on disk",
      ["--preset", "hybridlm-tiny", "--dtype", "bf16", "--set", 'block_pattern=["m", "t"]',
       "--set", 'attention={"num_heads": 2, "num_kv_heads": 2, "bias": true}',

@@ -16,25 +16,7 @@
 
 namespace hybridlm {
 
-HybridConfig parse_bamba(const JsonKeys& k, NormGrouping mamba2_norm) {
-  HybridConfig c = read_common_keys(k, {/*hidden_size=*/4096, /*vocab_size=*/128000, /*tie=*/false, 1, 2, 0,
-                                        "rms_norm_eps", 1e-5});
-  const int H = c.d_model;
-  const int n_layers = k.positive("num_hidden_layers", 32, 1 << 14);
-  std::vector<bool> attn_layer(n_layers, false);
-  if (k.has("layers_block_type")) {
-    attn_layer = read_attention_layers(k, "layers_block_type", n_layers);
-  } else if (k.has("attn_layer_indices")) {
-    const nlohmann::json& idx = k.raw("attn_layer_indices");
-    if (!idx.is_array()) k.fail("attn_layer_indices", "expected a list of layer indices");
-    for (const auto& v : idx) {
-      if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= n_layers)
-        k.fail("attn_layer_indices", "entries must be layer indices in [0, num_hidden_layers = " +
-                                         std::to_string(n_layers) + ")");
-      attn_layer[v.get<int64_t>()] = true;
-    }
-  }
-
+Mamba2Spec read_bamba_mamba(const JsonKeys& k, int H, float norm_eps, NormGrouping mamba2_norm) {
   Mamba2Spec m;
   const double expand = k.number("mamba_expand", 2);
   if (!(expand > 0 && expand * H <= JsonKeys::kMaxDim && expand * H >= 1))
@@ -59,9 +41,32 @@ HybridConfig parse_bamba(const JsonKeys& k, NormGrouping mamba2_norm) {
   m.chunk_size = k.positive("mamba_chunk_size", 256, 1 << 16);
   m.conv_bias = k.boolean("mamba_conv_bias", true);
   m.proj_bias = k.boolean("mamba_proj_bias", false);
-  m.norm_eps = c.norm_eps;
+  m.norm_eps = norm_eps;
   m.norm_grouping = mamba2_norm;
   read_time_step_limit(k, "time_step_limit", m);
+  return m;
+}
+
+HybridConfig parse_bamba(const JsonKeys& k, NormGrouping mamba2_norm) {
+  HybridConfig c = read_common_keys(k, {/*hidden_size=*/4096, /*vocab_size=*/128000, /*tie=*/false, 1, 2, 0,
+                                        "rms_norm_eps", 1e-5});
+  const int H = c.d_model;
+  const int n_layers = k.positive("num_hidden_layers", 32, 1 << 14);
+  std::vector<bool> attn_layer(n_layers, false);
+  if (k.has("layers_block_type")) {
+    attn_layer = read_attention_layers(k, "layers_block_type", n_layers);
+  } else if (k.has("attn_layer_indices")) {
+    const nlohmann::json& idx = k.raw("attn_layer_indices");
+    if (!idx.is_array()) k.fail("attn_layer_indices", "expected a list of layer indices");
+    for (const auto& v : idx) {
+      if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= n_layers)
+        k.fail("attn_layer_indices", "entries must be layer indices in [0, num_hidden_layers = " +
+                                         std::to_string(n_layers) + ")");
+      attn_layer[v.get<int64_t>()] = true;
+    }
+  }
+
+  const Mamba2Spec m = read_bamba_mamba(k, H, c.norm_eps, mamba2_norm);
 
   AttentionSpec a = read_attention(k, H, "num_attention_heads", 32, "num_key_value_heads", "head_dim");
   a.rope_theta = read_rope_theta(k, 10000.0);

@@ -16,6 +16,7 @@ const std::vector<Family>& families() {
       {"bamba", {"BambaForCausalLM"}, parse_bamba},
       {"lfm2", {"Lfm2ForCausalLM"}, parse_lfm2},
       {"nemotron_h", {"NemotronHForCausalLM"}, parse_nemotron_h},
+      {"granitemoehybrid", {"GraniteMoeHybridForCausalLM"}, parse_granitemoehybrid},
   };
   return table;
 }

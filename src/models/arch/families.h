@@ -51,6 +51,10 @@ float read_rope_theta(const JsonKeys& k, double def);
 // The Hugging Face Mamba-2 time_step_limit pair [min, max] (null / "inf" / Infinity allowed).
 void read_time_step_limit(const JsonKeys& k, const char* key, Mamba2Spec& m);
 
+// The mamba_* keys of BambaConfig (shared by granitemoehybrid): Mamba-2 with d_inner =
+// mamba_expand x hidden, mamba_d_head "auto" = d_inner / mamba_n_heads.
+Mamba2Spec read_bamba_mamba(const JsonKeys& k, int hidden, float norm_eps, NormGrouping mamba2_norm);
+
 // Adapters (one file each).
 HybridConfig parse_mamba(const JsonKeys& keys, NormGrouping);
 HybridConfig parse_falcon_mamba(const JsonKeys& keys, NormGrouping);
@@ -60,5 +64,6 @@ HybridConfig parse_jamba(const JsonKeys& keys, NormGrouping mamba2_norm);
 HybridConfig parse_bamba(const JsonKeys& keys, NormGrouping mamba2_norm);
 HybridConfig parse_lfm2(const JsonKeys& keys, NormGrouping mamba2_norm);
 HybridConfig parse_nemotron_h(const JsonKeys& keys, NormGrouping mamba2_norm);
+HybridConfig parse_granitemoehybrid(const JsonKeys& keys, NormGrouping mamba2_norm);
 
 }  // namespace hybridlm
