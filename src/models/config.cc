@@ -21,6 +21,7 @@ const char* mixer_kind_name(MixerKind k) {
     case MixerKind::Mamba2: return "mamba2";
     case MixerKind::Attention: return "attention";
     case MixerKind::ShortConv: return "short_conv";
+    case MixerKind::Mamba2Attention: return "mamba2||attention";
   }
   return "?";
 }

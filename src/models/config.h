@@ -16,8 +16,10 @@
 namespace hybridlm {
 
 // A block's sequence mixer. None: a block that is only a feed-forward (Nemotron-H's MLP layers).
-enum class MixerKind { None, Mamba1, Mamba2, Attention, ShortConv };
-const char* mixer_kind_name(MixerKind k);  // "none", "mamba1", "mamba2", "attention", "short_conv"
+// Mamba2Attention: Falcon-H1's parallel layer, mamba2(x) + attention(x) on the same input.
+enum class MixerKind { None, Mamba1, Mamba2, Attention, ShortConv, Mamba2Attention };
+// "none", "mamba1", "mamba2", "attention", "short_conv", "mamba2||attention"
+const char* mixer_kind_name(MixerKind k);
 
 // How Mamba-2's gated RMSNorm groups channels. Grouped (per d_inner / n_groups channels) is the
 // original mamba_ssm semantics the checkpoints were trained with, and llama.cpp's; Hugging Face's
@@ -41,6 +43,15 @@ struct Mamba2Spec {
   float dt_min = 0.0f, dt_max = std::numeric_limits<float>::infinity();  // time_step_limit clamp
   float norm_eps = 1e-5f;
   NormGrouping norm_grouping = NormGrouping::Grouped;
+  // The output gate: y * silu(z) normalised after the gate (default), before it
+  // (w * norm(y) * silu(z): Falcon-H1 with mamba_norm_before_gate), or not at all (no norm weight).
+  bool gate_norm = true, norm_before_gate = false;
+  std::optional<bool> out_proj_bias;  // unset: = proj_bias (Falcon-H1 sets it apart: projectors_bias)
+  bool has_out_bias() const { return out_proj_bias.value_or(proj_bias); }
+  // Falcon-H1's µP: u x in_scale before in_proj; in_proj's output segments [z, x, B, C, dt] x mup;
+  // the output x out_scale.
+  float in_scale = 1.0f, out_scale = 1.0f;
+  float mup[5] = {1.0f, 1.0f, 1.0f, 1.0f, 1.0f};
   int conv_dim() const { return d_inner + 2 * n_groups * d_state; }
   int in_proj_dim() const { return 2 * d_inner + 2 * n_groups * d_state + n_heads; }
 };
@@ -61,6 +72,8 @@ struct AttentionSpec {
   bool qk_norm = false;  // RMSNorm over head_dim on q and k (weights q_norm, k_norm)
   float qk_norm_eps = 1e-6f;
   std::string o_name = "o_proj", q_norm_name = "q_norm", k_norm_name = "k_norm";
+  // Falcon-H1's µP: attention(x x in_scale) with k x k_scale (before RoPE), output x out_scale.
+  float in_scale = 1.0f, k_scale = 1.0f, out_scale = 1.0f;
   float softmax_scale() const;
 };
 
@@ -74,6 +87,8 @@ struct MlpSpec {
   bool fused = false;
   bool bias = false;
   std::string gate = "gate_proj", up = "up_proj", down = "down_proj";
+  // Falcon-H1's µP: act(gate(x) x gate_scale), output x down_scale.
+  float gate_scale = 1.0f, down_scale = 1.0f;
 };
 
 // How a mixture of experts picks a token's experts and weighs them.
@@ -111,6 +126,7 @@ struct BlockNames {
   std::string mixer;       // prefix of the mixer's tensors
   std::string ffn_norm;    // RMSNorm weight before the feed-forward (full tensor name)
   std::string ffn;         // prefix of the feed-forward's tensors
+  std::string mixer2;      // Mamba2Attention: prefix of the attention's tensors (mixer = Mamba-2's)
 };
 
 // One layer: h += mixer(norm(h)); then, with a feed-forward, h += ffn(norm(h)).

@@ -31,6 +31,10 @@ Model Model::load(const std::filesystem::path& dir, const LoadOptions& opt) {
       case MixerKind::Mamba2: lw.m2 = load_mamba2(r, n.mixer, b.m2, c.d_model); break;
       case MixerKind::Attention: lw.attn = load_attention(r, n.mixer, b.attn, c.d_model); break;
       case MixerKind::ShortConv: lw.conv = load_short_conv(r, n.mixer, b.conv, c.d_model); break;
+      case MixerKind::Mamba2Attention:
+        lw.m2 = load_mamba2(r, n.mixer, b.m2, c.d_model);
+        lw.attn = load_attention(r, n.mixer2, b.attn, c.d_model);
+        break;
     }
     if (b.ffn.kind != FfnKind::None) {
       lw.ffn_norm = r.vector(n.ffn_norm, {H});
@@ -136,6 +140,12 @@ void Model::forward(const KernelContext& ctx, std::span<const int32_t> tokens, s
           break;
         case MixerKind::ShortConv:
           short_conv_forward(ctx, b.conv, w.conv, sc.xn.data(), T, H, sc.runs, sc.conv, sc.mix.data());
+          break;
+        case MixerKind::Mamba2Attention:  // mix = mamba2(xn) + attention(xn)
+          mamba2_forward(ctx, b.m2, w.m2, sc.xn.data(), T, sc.runs, sc.m2, sc.mix.data());
+          sc.mix2.resize(sc.mix.size());
+          attention_forward(ctx, b.attn, w.attn, sc.xn.data(), T, sc.runs, sc.attn, sc.mix2.data());
+          for (size_t i = 0; i < sc.mix.size(); ++i) sc.mix[i] += sc.mix2[i];
           break;
       }
       for (size_t i = 0; i < sc.h.size(); ++i) sc.h[i] += rm * sc.mix[i];

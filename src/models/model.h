@@ -39,7 +39,7 @@ struct LayerWeights {
 
 // Per-forward scratch, grown to the high-water mark and then reused (no allocation once warm).
 struct ForwardScratch {
-  std::vector<float> h, xn, mix, rows;
+  std::vector<float> h, xn, mix, mix2, rows;
   Mamba1Scratch m1;
   Mamba2Scratch m2;
   AttentionScratch attn;

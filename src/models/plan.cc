@@ -16,6 +16,9 @@ std::vector<LayerCacheSpec> cache_specs(const HybridConfig& c) {
       case MixerKind::Mamba2: s = {LayerCacheKind::Mamba, mamba2_state_spec(b.m2), {}}; break;
       case MixerKind::Attention: s = {LayerCacheKind::Attention, {}, {b.attn.n_kv_heads, b.attn.head_dim}}; break;
       case MixerKind::ShortConv: s = {LayerCacheKind::Conv, short_conv_state_spec(b.conv, c.d_model), {}}; break;
+      case MixerKind::Mamba2Attention:
+        s = {LayerCacheKind::MambaAndAttention, mamba2_state_spec(b.m2), {b.attn.n_kv_heads, b.attn.head_dim}};
+        break;
     }
     specs.push_back(s);
   }
@@ -58,26 +61,30 @@ Counts count(const HybridConfig& c) {
       const size_t K = b.conv.d_conv;
       n.matrices += 4 * H * H;  // in_proj (3H, H), out_proj (H, H)
       n.vectors += H * K + (b.conv.bias ? 3 * H + H + H : 0);
-    } else if (b.mixer == MixerKind::Attention) {
+    }
+    if (b.mixer == MixerKind::Attention || b.mixer == MixerKind::Mamba2Attention) {
       const AttentionSpec& a = b.attn;
       const size_t q = static_cast<size_t>(a.n_heads) * a.head_dim, kv = static_cast<size_t>(a.n_kv_heads) * a.head_dim;
       n.matrices += 2 * q * H + 2 * kv * H;
       if (a.qkv_bias) n.vectors += q + 2 * kv;
       if (a.o_bias) n.vectors += H;
       if (a.qk_norm) n.vectors += 2 * static_cast<size_t>(a.head_dim);
-    } else if (b.mixer == MixerKind::Mamba1) {
+    }
+    if (b.mixer == MixerKind::Mamba1) {
       const Mamba1Spec& m = b.m1;
       const size_t I = m.d_inner, N = m.d_state, R = m.dt_rank, K = m.d_conv;
       n.matrices += 2 * I * H + (R + 2 * N) * I + I * R + H * I;  // in, x, dt, out projections
       n.vectors += I * K + (m.conv_bias ? I : 0) + I + I * N + I;  // conv, dt bias, A_log, D
       if (m.proj_bias) n.vectors += 2 * I + H;
       if (m.dt_bc_rms_weights) n.vectors += R + 2 * N;
-    } else if (b.mixer == MixerKind::Mamba2) {
+    }
+    if (b.mixer == MixerKind::Mamba2 || b.mixer == MixerKind::Mamba2Attention) {
       const Mamba2Spec& m = b.m2;
       const size_t I = m.d_inner, nh = m.n_heads, K = m.d_conv, cd = m.conv_dim(), W = m.in_proj_dim();
       n.matrices += W * H + H * I;                                       // in, out projections
-      n.vectors += cd * K + (m.conv_bias ? cd : 0) + 3 * nh + I;         // conv, dt_bias/A_log/D, norm
-      if (m.proj_bias) n.vectors += W + H;
+      n.vectors += cd * K + (m.conv_bias ? cd : 0) + 3 * nh + (m.gate_norm ? I : 0);  // conv, dt_bias/A_log/D, norm
+      if (m.proj_bias) n.vectors += W;
+      if (m.has_out_bias()) n.vectors += H;
     }
   }
   return n;

@@ -90,7 +90,7 @@ HybridConfig parse_bamba(const JsonKeys& k, NormGrouping mamba2_norm) {
     }
     b.ffn = mlp;
     b.names = {p + "input_layernorm.weight", p + (attn_layer[i] ? "self_attn." : "mamba."),
-               p + "pre_ff_layernorm.weight", p + "feed_forward."};
+               p + "pre_ff_layernorm.weight", p + "feed_forward.", ""};
     c.blocks.push_back(b);
   }
   c.embedding_name = "model.embed_tokens.weight";

@@ -105,7 +105,7 @@ void name_backbone_layers(HybridConfig& c) {
   c.final_norm_name = "backbone.norm_f.weight";
   for (int i = 0; i < c.n_layers(); ++i) {
     const std::string p = "backbone.layers." + std::to_string(i) + ".";
-    c.blocks[i].names = {p + "norm.weight", p + "mixer.", "", ""};
+    c.blocks[i].names = {p + "norm.weight", p + "mixer.", "", "", ""};
   }
 }
 

@@ -77,7 +77,7 @@ HybridConfig parse_granitemoehybrid(const JsonKeys& k, NormGrouping mamba2_norm)
     b.ffn = ffn;
     b.ffn.shared_prefix = p + "shared_mlp.";
     b.names = {p + "input_layernorm.weight", p + (attn_layer[i] ? "self_attn." : "mamba."),
-               p + "post_attention_layernorm.weight", p + (n_experts > 0 ? "block_sparse_moe." : "shared_mlp.")};
+               p + "post_attention_layernorm.weight", p + (n_experts > 0 ? "block_sparse_moe." : "shared_mlp."), ""};
     c.blocks.push_back(b);
   }
   c.embedding_name = "model.embed_tokens.weight";

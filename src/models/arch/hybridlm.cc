@@ -113,7 +113,7 @@ HybridConfig parse_hybridlm(const JsonKeys& k, NormGrouping mamba2_norm) {
     }
     b.ffn = ffn;
     const std::string p = "model.layers." + std::to_string(i) + ".";
-    b.names = {p + "mixer_norm.weight", p + "mixer.", p + "ffn_norm.weight", p + "ffn."};
+    b.names = {p + "mixer_norm.weight", p + "mixer.", p + "ffn_norm.weight", p + "ffn.", ""};
     c.blocks.push_back(b);
   }
   c.embedding_name = "model.embed_tokens.weight";

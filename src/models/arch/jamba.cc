@@ -81,7 +81,7 @@ HybridConfig parse_jamba(const JsonKeys& k, NormGrouping) {
     }
     b.ffn = i % expert_period == expert_offset ? moe : mlp;
     b.names = {p + "input_layernorm.weight", p + (attn_layer[i] ? "self_attn." : "mamba."),
-               p + "pre_ff_layernorm.weight", p + "feed_forward."};
+               p + "pre_ff_layernorm.weight", p + "feed_forward.", ""};
     c.blocks.push_back(b);
   }
   c.embedding_name = "model.embed_tokens.weight";

@@ -88,7 +88,7 @@ HybridConfig parse_lfm2(const JsonKeys& k, NormGrouping) {
     }
     b.ffn = mlp;
     b.names = {p + "operator_norm.weight", p + (attn_layer[i] ? "self_attn." : "conv."), p + "ffn_norm.weight",
-               p + "feed_forward."};
+               p + "feed_forward.", ""};
     c.blocks.push_back(b);
   }
   c.embedding_name = "model.embed_tokens.weight";

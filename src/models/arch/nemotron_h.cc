@@ -130,8 +130,8 @@ HybridConfig parse_nemotron_h(const JsonKeys& k, NormGrouping) {
         b.ffn.shared_prefix = p + "mixer.shared_experts.";
         break;
     }
-    if (b.mixer != MixerKind::None) b.names = {p + "norm.weight", p + "mixer.", "", ""};
-    else b.names = {"", "", p + "norm.weight", p + "mixer."};
+    if (b.mixer != MixerKind::None) b.names = {p + "norm.weight", p + "mixer.", "", "", ""};
+    else b.names = {"", "", p + "norm.weight", p + "mixer.", ""};
     c.blocks.push_back(b);
   }
   c.embedding_name = "backbone.embeddings.weight";

@@ -34,10 +34,17 @@ void attention_forward(const KernelContext& ctx, const AttentionSpec& s, const A
   sc.k.resize(static_cast<size_t>(T) * kv_dim);
   sc.v.resize(static_cast<size_t>(T) * kv_dim);
   sc.y.resize(static_cast<size_t>(T) * q_dim);
+  if (s.in_scale != 1.0f) {  // Falcon-H1: attention(u x attention_in_multiplier)
+    sc.u.assign(u, u + static_cast<size_t>(T) * w.q_proj.cols);
+    for (float& x : sc.u) x *= s.in_scale;
+    u = sc.u.data();
+  }
   // q: (T, nH*hd), k, v: (T, nKV*hd)
   cpu::matmul(ctx, w.q_proj.view(), data_or_null(w.q_bias), u, T, sc.q.data());
   cpu::matmul(ctx, w.k_proj.view(), data_or_null(w.k_bias), u, T, sc.k.data());
   cpu::matmul(ctx, w.v_proj.view(), data_or_null(w.v_bias), u, T, sc.v.data());
+  if (s.k_scale != 1.0f)  // Falcon-H1's key_multiplier, before RoPE and the cache
+    for (float& x : sc.k) x *= s.k_scale;
   if (s.qk_norm) {  // per head: rows of hd
     cpu::rmsnorm(ctx, sc.q.data(), w.q_norm.data(), T * s.n_heads, hd, s.qk_norm_eps, sc.q.data());
     cpu::rmsnorm(ctx, sc.k.data(), w.k_norm.data(), T * s.n_kv_heads, hd, s.qk_norm_eps, sc.k.data());
@@ -59,6 +66,8 @@ void attention_forward(const KernelContext& ctx, const AttentionSpec& s, const A
   }
   // out: (T, H) = y @ o_proj^T
   cpu::matmul(ctx, w.o_proj.view(), data_or_null(w.o_bias), sc.y.data(), T, out);
+  if (s.out_scale != 1.0f)
+    for (size_t i = 0; i < static_cast<size_t>(T) * w.o_proj.rows; ++i) out[i] *= s.out_scale;
 }
 
 }  // namespace hybridlm

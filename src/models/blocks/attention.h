@@ -21,7 +21,7 @@ struct AttentionWeights {
 };
 
 struct AttentionScratch {
-  std::vector<float> q, k, v, y;
+  std::vector<float> u, q, k, v, y;
 };
 
 AttentionWeights load_attention(const WeightReader& r, const std::string& prefix, const AttentionSpec& s,

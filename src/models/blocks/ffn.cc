@@ -74,6 +74,8 @@ static void mlp_forward(const KernelContext& ctx, const MlpSpec& s, const MlpWei
     sc.b.resize(static_cast<size_t>(T) * F);
     cpu::matmul(ctx, w.gate.view(), data_or_null(w.gate_bias), x, T, sc.a.data());  // a: (T, F)
     cpu::matmul(ctx, w.up.view(), data_or_null(w.up_bias), x, T, sc.b.data());      // b: (T, F)
+    if (s.gate_scale != 1.0f)  // Falcon-H1: act(gate(x) x gate_multiplier)
+      for (float& v : sc.a) v *= s.gate_scale;
     cpu::activation(ctx, s.act, sc.a.data(), sc.b.data(), F, T, F, sc.g.data());   // g = act(a) * b
   } else {
     sc.a.resize(static_cast<size_t>(T) * F);
@@ -81,6 +83,8 @@ static void mlp_forward(const KernelContext& ctx, const MlpSpec& s, const MlpWei
     cpu::activation(ctx, s.act, sc.a.data(), nullptr, F, T, F, sc.g.data());
   }
   cpu::matmul(ctx, w.down.view(), data_or_null(w.down_bias), sc.g.data(), T, out);  // (T, H)
+  if (s.down_scale != 1.0f)
+    for (size_t i = 0; i < static_cast<size_t>(T) * w.down.rows; ++i) out[i] *= s.down_scale;
 }
 
 // Sorts ids by key, largest first (ties: lower id first), keeping the first k.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 
 #include "base/error.h"
 #include "kernels/kernels.h"
@@ -28,9 +29,9 @@ Mamba2Weights load_mamba2(const WeightReader& r, const std::string& p, const Mam
   w.A = r.vector(p + "A_log", {nh});
   for (float& a : w.A) a = -std::exp(a);
   w.D = r.vector(p + "D", {nh});
-  w.norm_w = r.vector(p + "norm.weight", {I});
+  if (s.gate_norm) w.norm_w = r.vector(p + "norm.weight", {I});
   w.out_proj = r.matrix(p + "out_proj.weight", {H, I});
-  if (s.proj_bias) w.out_proj_bias = r.vector(p + "out_proj.bias", {H});
+  if (s.has_out_bias()) w.out_proj_bias = r.vector(p + "out_proj.bias", {H});
   return w;
 }
 
@@ -52,8 +53,22 @@ void mamba2_forward(const KernelContext& ctx, const Mamba2Spec& s, const Mamba2W
   sc.y.resize(static_cast<size_t>(T) * I);
   sc.g.resize(static_cast<size_t>(T) * I);
 
+  if (s.in_scale != 1.0f) {  // Falcon-H1: in_proj(u x ssm_in_multiplier)
+    sc.u.assign(u, u + static_cast<size_t>(T) * w.in_proj.cols);
+    for (float& v : sc.u) v *= s.in_scale;
+    u = sc.u.data();
+  }
   // zxbcdt: (T, W) = u @ in_proj^T
   cpu::matmul(ctx, w.in_proj.view(), data_or_null(w.in_proj_bias), u, T, sc.zxbcdt.data());
+  if (std::any_of(std::begin(s.mup), std::end(s.mup), [](float m) { return m != 1.0f; })) {
+    // Falcon-H1's mup_vector: one multiplier per segment [z (I) | x (I) | B (GN) | C (GN) | dt (nh)].
+    const int ends[5] = {I, 2 * I, 2 * I + G * N, 2 * I + 2 * G * N, W};
+    for (int t = 0; t < T; ++t) {
+      float* row = sc.zxbcdt.data() + static_cast<size_t>(t) * W;
+      for (int seg = 0, c = 0; seg < 5; ++seg)
+        for (; c < ends[seg]; ++c) row[c] *= s.mup[seg];
+    }
+  }
   // xbc: (T, conv_dim) = silu(causal_conv(xBC)), per sequence from its conv state
   for (const SeqRun& r : runs)
     cpu::conv1d_causal(ctx, sc.zxbcdt.data() + static_cast<size_t>(r.start) * W + xbc_off, W, w.conv_w.data(),
@@ -82,12 +97,25 @@ void mamba2_forward(const KernelContext& ctx, const Mamba2Spec& s, const Mamba2W
     cpu::ssd_scan(ctx, xr, conv_dim, sc.dt.data() + o * nh, w.A.data(), xr + I, xr + I + G * N, conv_dim,
                   w.D.data(), dims, chunk, r.ssm_state, r.len, sc.y.data() + o * I);
   }
-  // g: (T, I) = norm_w * rmsnorm_groups(y * silu(z))
   const int group = s.norm_grouping == NormGrouping::Grouped ? I / G : I;
-  cpu::gated_rmsnorm(ctx, sc.y.data(), sc.zxbcdt.data() + z_off, W, w.norm_w.data(), T, I, group, s.norm_eps,
-                     sc.g.data());
+  if (s.gate_norm && !s.norm_before_gate) {
+    // g: (T, I) = norm_w * rmsnorm_groups(y * silu(z))
+    cpu::gated_rmsnorm(ctx, sc.y.data(), sc.zxbcdt.data() + z_off, W, w.norm_w.data(), T, I, group, s.norm_eps,
+                       sc.g.data());
+  } else {
+    // Falcon-H1: g = (norm_w * rmsnorm_groups(y) or y) * silu(z)
+    if (s.gate_norm)
+      for (int t = 0; t < T; ++t)
+        for (int g0 = 0; g0 < I; g0 += group)
+          cpu::rmsnorm(ctx, sc.y.data() + static_cast<size_t>(t) * I + g0, w.norm_w.data() + g0, 1, group, s.norm_eps,
+                       sc.y.data() + static_cast<size_t>(t) * I + g0);
+    cpu::activation(ctx, Activation::Silu, sc.zxbcdt.data() + z_off, nullptr, W, T, I, sc.g.data());
+    for (size_t i = 0; i < sc.g.size(); ++i) sc.g[i] *= sc.y[i];
+  }
   // out: (T, H) = g @ out_proj^T
   cpu::matmul(ctx, w.out_proj.view(), data_or_null(w.out_proj_bias), sc.g.data(), T, out);
+  if (s.out_scale != 1.0f)
+    for (size_t i = 0; i < static_cast<size_t>(T) * w.out_proj.rows; ++i) out[i] *= s.out_scale;
 }
 
 }  // namespace hybridlm

@@ -27,7 +27,7 @@ struct Mamba2Weights {
 };
 
 struct Mamba2Scratch {
-  std::vector<float> zxbcdt, xbc, dt, y, g;
+  std::vector<float> u, zxbcdt, xbc, dt, y, g;
 };
 
 Mamba2Weights load_mamba2(const WeightReader& r, const std::string& prefix, const Mamba2Spec& s, int d_model);
