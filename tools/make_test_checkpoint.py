@@ -248,6 +248,28 @@ def granite_config(hidden, layers, vocab, heads, kv_heads, attn_layers, experts,
     }
 
 
+def falcon_h1_config(hidden, layers, vocab, heads, kv_heads, d_ff, d_ssm, mamba_heads, d_state, groups=1,
+                     rms_norm=False, norm_before_gate=True):
+    """A FalconH1Config with non-trivial µP multipliers."""
+    return {
+        "architectures": ["FalconH1ForCausalLM"], "model_type": "falcon_h1",
+        "hidden_size": hidden, "num_hidden_layers": layers, "vocab_size": vocab,
+        "num_attention_heads": heads, "num_key_value_heads": kv_heads, "head_dim": hidden // heads,
+        "intermediate_size": d_ff, "hidden_act": "silu", "rms_norm_eps": 1e-5, "tie_word_embeddings": False,
+        "mamba_d_ssm": d_ssm, "mamba_n_heads": mamba_heads, "mamba_d_head": "auto", "mamba_n_groups": groups,
+        "mamba_d_state": d_state, "mamba_d_conv": 4, "mamba_expand": 2, "mamba_chunk_size": 256,
+        "mamba_conv_bias": True, "mamba_proj_bias": False, "projectors_bias": False,
+        "mamba_rms_norm": rms_norm, "mamba_norm_before_gate": norm_before_gate,
+        "time_step_min": 0.001, "time_step_max": 0.1, "time_step_limit": [0.0, float("inf")],
+        "rope_theta": 100000.0, "attention_bias": False, "mlp_bias": False,
+        "embedding_multiplier": 5.656854, "lm_head_multiplier": 2.5, "mlp_multipliers": [0.8838, 0.5859],
+        "key_multiplier": 0.390625, "attention_in_multiplier": 1.0, "attention_out_multiplier": 0.9375,
+        "ssm_multipliers": [0.3536, 0.25, 0.3536, 0.5, 0.3536], "ssm_in_multiplier": 1.25,
+        "ssm_out_multiplier": 0.2357, "bos_token_id": 1, "eos_token_id": 11, "pad_token_id": 0,
+        "torch_dtype": "float32",
+    }
+
+
 # Full-size shapes are the public Hugging Face configs (token ids marked "unverified" where
 # only the shapes were checked); tiny ones are for tests.
 PRESETS = {
@@ -279,6 +301,8 @@ PRESETS = {
     "lfm2-tiny": lambda: lfm2_config(64, 5, 512, 4, 2, 200, [2, 4]),
     # Nemotron-H at test size: every layer kind, grouped Mamba-2 norm, 4 experts in 2 groups.
     # Granite 4.0-H at test size: µP multipliers, MoE top-2 of 4 + shared MLP, NoPE attention.
+    # Falcon-H1 at test size: parallel Mamba-2 || attention in every layer, µP multipliers.
+    "falcon-h1-tiny": lambda: falcon_h1_config(64, 3, 512, 4, 2, 96, 96, 6, 16),
     "granite-h-tiny": lambda: granite_config(64, 4, 512, 4, 2, [2], 4, 2, 32, 48, 8, 16),
     "nemotron-h-tiny": lambda: nemotron_h_config(64, 512, "M*-ME-M", 4, 2, 16, 96, 8, 16, 16, 2,
                                                  n_group=2, topk_group=1),
@@ -340,7 +364,7 @@ def mamba1_mixer_specs(m, H, I, N, R, K, use_bias, use_conv_bias, dt_bc_norms=Fa
     return specs
 
 
-def mamba2_mixer_specs(m, H, I, nh, G, N, K, use_bias, use_conv_bias, out_bias=None):
+def mamba2_mixer_specs(m, H, I, nh, G, N, K, use_bias, use_conv_bias, out_bias=None, norm=True):
     """Tensors of a Mamba-2 mixer under prefix m (HF Mamba2Mixer names)."""
     if nh % G != 0:
         sys.exit("make_test_checkpoint: num_heads (%d) must be a multiple of n_groups (%d)" % (nh, G))
@@ -356,7 +380,8 @@ def mamba2_mixer_specs(m, H, I, nh, G, N, K, use_bias, use_conv_bias, out_bias=N
     specs.append((m + "dt_bias", (nh,), dt_bias_init))
     specs.append((m + "A_log", (nh,), a_log_init))
     specs.append((m + "D", (nh,), NORM_INIT))
-    specs.append((m + "norm.weight", (I,), NORM_INIT))
+    if norm:
+        specs.append((m + "norm.weight", (I,), NORM_INIT))
     specs.append((m + "out_proj.weight", (H, I), normal(I ** -0.5)))
     if out_bias:
         specs.append((m + "out_proj.bias", (H,), BIAS_INIT))
@@ -690,7 +715,31 @@ def granitemoehybrid_specs(cfg):
     return specs + tail
 
 
-HYBRID_SPECS = {"granitemoehybrid": granitemoehybrid_specs, "hybridlm": hybridlm_specs, "jamba": jamba_specs, "bamba": bamba_specs, "lfm2": lfm2_specs,
+def falcon_h1_specs(cfg):
+    """FalconH1ForCausalLM (research/hf-hybrid.md C.7): every layer Mamba-2 || attention, then MLP."""
+    H = int(cfg["hidden_size"])
+    tie = bool(cfg.get("tie_word_embeddings", False))
+    specs, tail = head_specs(cfg, tie, "model.embed_tokens.weight", "model.embed_tokens.weight",
+                             "model.final_layernorm.weight")
+    I = int(cfg.get("mamba_d_ssm") or cfg.get("mamba_expand", 2) * H)
+    nh = int(cfg.get("mamba_n_heads", 128))
+    G, N, K = int(cfg.get("mamba_n_groups", 1)), int(cfg.get("mamba_d_state", 256)), int(cfg.get("mamba_d_conv", 4))
+    heads = int(cfg.get("num_attention_heads", 32))
+    kv_heads = int(cfg.get("num_key_value_heads", heads))
+    hd = int(cfg.get("head_dim") or H // heads)
+    for i in range(int(cfg["num_hidden_layers"])):
+        p = "model.layers.%d." % i
+        specs.append((p + "input_layernorm.weight", (H,), NORM_INIT))
+        specs += mamba2_mixer_specs(p + "mamba.", H, I, nh, G, N, K, bool(cfg.get("mamba_proj_bias", False)),
+                                    bool(cfg.get("mamba_conv_bias", True)), out_bias=bool(cfg.get("projectors_bias", False)),
+                                    norm=bool(cfg.get("mamba_rms_norm", False)))
+        specs += attention_specs(p + "self_attn.", H, heads, kv_heads, hd)
+        specs.append((p + "pre_ff_layernorm.weight", (H,), NORM_INIT))
+        specs += mlp_specs(p + "feed_forward.", H, int(cfg.get("intermediate_size", 14336)))
+    return specs + tail
+
+
+HYBRID_SPECS = {"falcon_h1": falcon_h1_specs, "granitemoehybrid": granitemoehybrid_specs, "hybridlm": hybridlm_specs, "jamba": jamba_specs, "bamba": bamba_specs, "lfm2": lfm2_specs,
                 "nemotron_h": nemotron_h_specs}
 
 

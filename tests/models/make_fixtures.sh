@@ -22,4 +22,5 @@ mkdir -p "$out"
 "$py" "$tool" --preset lfm2-tiny --out "$out/lfm2" --seed 9 >/dev/null
 "$py" "$tool" --preset nemotron-h-tiny --out "$out/nemotron_h" --seed 10 >/dev/null
 "$py" "$tool" --preset granite-h-tiny --out "$out/granite" --seed 11 --set position_embedding_type='"rope"' >/dev/null
+"$py" "$tool" --preset falcon-h1-tiny --out "$out/falcon_h1" --seed 12 --set mamba_rms_norm=true >/dev/null
 echo "fixtures written to $out"

@@ -434,7 +434,69 @@ def granitemoehybrid_forward(c, w, ids, norm_groups):
     return (h @ head.T) / float(c.get("logits_scaling", 1.0))
 
 
-FAMILIES = {"granitemoehybrid": granitemoehybrid_forward, "nemotron_h": nemotron_h_forward, "hybridlm": hybridlm_forward, "jamba": jamba_forward, "bamba": bamba_forward, "lfm2": lfm2_forward}
+def falcon_h1_mamba(w, p, u, c, H):
+    """Falcon-H1's Mamba-2 (µP): in_proj(u * ssm_in) * mup over [z | x | B | C | dt]; the output gate
+    y * silu(z), with a per-group RMSNorm before or after the gate when mamba_rms_norm."""
+    T = u.shape[0]
+    I = int(c.get("mamba_d_ssm") or c.get("mamba_expand", 2) * H)
+    nh = int(c.get("mamba_n_heads", 128))
+    G, N, K = int(c.get("mamba_n_groups", 1)), int(c.get("mamba_d_state", 256)), int(c.get("mamba_d_conv", 4))
+    P, eps = I // nh, float(c.get("rms_norm_eps", 1e-5))
+    conv_dim = I + 2 * G * N
+    W = I + conv_dim + nh
+    m = [float(v) for v in c.get("ssm_multipliers", [1.0] * 5)]
+    mup = np.concatenate([np.full(I, m[0]), np.full(I, m[1]), np.full(G * N, m[2]), np.full(G * N, m[3]), np.full(nh, m[4])])
+    zxbcdt = linear(u * float(c.get("ssm_in_multiplier", 1.0)), w(p + "in_proj.weight", (W, H)),
+                    w.opt(p + "in_proj.bias", (W,), bool(c.get("mamba_proj_bias", False)))) * mup
+    z, xBC, dt = zxbcdt[:, :I], zxbcdt[:, I:I + conv_dim], zxbcdt[:, I + conv_dim:]
+    xBC = silu(causal_conv1d(xBC, w(p + "conv1d.weight", (conv_dim, 1, K)),
+                             w.opt(p + "conv1d.bias", (conv_dim,), bool(c.get("mamba_conv_bias", True)))))
+    x, B, C = xBC[:, :I].reshape(T, nh, P), xBC[:, I:I + G * N].reshape(T, G, N), xBC[:, I + G * N:].reshape(T, G, N)
+    delta = softplus(dt + w(p + "dt_bias", (nh,)))            # no clamp: the torch path's limit is (0, inf)
+    y = mamba_ref.mamba2_scan(x, delta, -np.exp(w(p + "A_log", (nh,))), B, C, w(p + "D", (nh,)), nh // G).reshape(T, I)
+    if c.get("mamba_rms_norm", False):
+        wn = w(p + "norm.weight", (I,))
+        def group_norm(v):
+            g = v.reshape(T, G, I // G)
+            return (g / np.sqrt(np.mean(g * g, axis=-1, keepdims=True) + eps)).reshape(T, I) * wn
+        y = group_norm(y) * silu(z) if c.get("mamba_norm_before_gate", True) else group_norm(y * silu(z))
+    else:
+        y = y * silu(z)
+    out = linear(y, w(p + "out_proj.weight", (H, I)), w.opt(p + "out_proj.bias", (H,), bool(c.get("projectors_bias", False))))
+    return out * float(c.get("ssm_out_multiplier", 1.0))
+
+
+def falcon_h1_forward(c, w, ids, norm_groups):
+    """FalconH1ForCausalLM (hf-hybrid.md C.7): h += mamba(x) + attention(x), then the MLP."""
+    H, V, L = int(c["hidden_size"]), int(c["vocab_size"]), int(c["num_hidden_layers"])
+    eps = float(c.get("rms_norm_eps", 1e-5))
+    heads = int(c.get("num_attention_heads", 32))
+    kv = int(c.get("num_key_value_heads", heads))
+    hd = int(c.get("head_dim") or H // heads)
+    theta = float((c.get("rope_parameters") or {}).get("rope_theta", c.get("rope_theta", 100000.0)))
+    gm, dm = [float(v) for v in c.get("mlp_multipliers", [1.0, 1.0])]
+    F = int(c.get("intermediate_size", 14336))
+    h = w("model.embed_tokens.weight", (V, H))[ids] * float(c.get("embedding_multiplier", 1.0))
+    for i in range(L):
+        p = "model.layers.%d." % i
+        x = rmsnorm(h, w(p + "input_layernorm.weight", (H,)), eps)
+        m = falcon_h1_mamba(w, p + "mamba.", x, c, H)
+        # key_multiplier scales k before RoPE: fold it into a scaled copy of k_proj for this call.
+        a_w = Weights({n: (t * float(c.get("key_multiplier", 1.0)) if n == p + "self_attn.k_proj.weight" else t)
+                       for n, t in w.t.items() if n.startswith(p + "self_attn.")})
+        a = attention(a_w, p + "self_attn.", x * float(c.get("attention_in_multiplier", 1.0)), H, heads, kv, hd, hd, theta)
+        w.used.update(a_w.used)
+        h = h + m + a * float(c.get("attention_out_multiplier", 1.0))
+        u = rmsnorm(h, w(p + "pre_ff_layernorm.weight", (H,)), eps)
+        f = p + "feed_forward."
+        g = linear(u, w(f + "up_proj.weight", (F, H))) * silu(linear(u, w(f + "gate_proj.weight", (F, H))) * gm)
+        h = h + linear(g, w(f + "down_proj.weight", (H, F))) * dm
+    h = rmsnorm(h, w("model.final_layernorm.weight", (H,)), eps)
+    head = w("model.embed_tokens.weight") if c.get("tie_word_embeddings", False) else w("lm_head.weight", (V, H))
+    return (h @ head.T) * float(c.get("lm_head_multiplier", 1.0))
+
+
+FAMILIES = {"falcon_h1": falcon_h1_forward, "granitemoehybrid": granitemoehybrid_forward, "nemotron_h": nemotron_h_forward, "hybridlm": hybridlm_forward, "jamba": jamba_forward, "bamba": bamba_forward, "lfm2": lfm2_forward}
 
 
 class Model:

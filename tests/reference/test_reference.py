@@ -117,6 +117,13 @@ CASES = [
                                           "--set", "num_local_experts=0"], 31),
     ("granite bf16 on disk, --dtype bf16 (stacked experts mapped in place)", ["--preset", "granite-h-tiny", "--dtype", "bf16"],
      27, {"engine": ["--dtype", "bf16"]}),
+    # Falcon-H1: parallel Mamba-2 || attention, µP multipliers, no output norm by default; then the
+    # optional per-group norm before / after the gate, projectors_bias.
+    ("falcon-h1-tiny", ["--preset", "falcon-h1-tiny"], 37),
+    ("falcon-h1 rms norm before gate, 2 groups, projectors_bias", ["--preset", "falcon-h1-tiny", "--set", "mamba_rms_norm=true",
+                                                                   "--set", "mamba_n_groups=2", "--set", "projectors_bias=true"], 33),
+    ("falcon-h1 rms norm after gate", ["--preset", "falcon-h1-tiny", "--set", "mamba_rms_norm=true",
+                                       "--set", "mamba_norm_before_gate=false", "--set", "mamba_n_groups=2"], 29),
     ("hybridlm gelu MLP, attention with bias, bf16 on disk",
      ["--preset", "hybridlm-tiny", "--dtype", "bf16", "--set", 'block_pattern=["m", "t"]',
       "--set", 'attention={"num_heads": 2, "num_kv_heads": 2, "bias": true}',

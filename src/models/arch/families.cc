@@ -17,6 +17,7 @@ const std::vector<Family>& families() {
       {"lfm2", {"Lfm2ForCausalLM"}, parse_lfm2},
       {"nemotron_h", {"NemotronHForCausalLM"}, parse_nemotron_h},
       {"granitemoehybrid", {"GraniteMoeHybridForCausalLM"}, parse_granitemoehybrid},
+      {"falcon_h1", {"FalconH1ForCausalLM"}, parse_falcon_h1},
   };
   return table;
 }
