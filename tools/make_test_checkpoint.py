@@ -270,6 +270,25 @@ def falcon_h1_config(hidden, layers, vocab, heads, kv_heads, d_ff, d_ssm, mamba_
     }
 
 
+def zamba2_config(hidden, vocab, pattern, heads, kv_heads, d_ff, mamba_heads, d_state, groups=1, n_blocks=1,
+                  adapters=True, rank=8, rope=False):
+    """A Zamba2Config; pattern is a string of m (mamba) / h (hybrid)."""
+    types = ["hybrid" if ch == "h" else "mamba" for ch in pattern]
+    return {
+        "architectures": ["Zamba2ForCausalLM"], "model_type": "zamba2",
+        "hidden_size": hidden, "num_hidden_layers": len(types), "vocab_size": vocab, "layers_block_type": types,
+        "num_attention_heads": heads, "num_key_value_heads": kv_heads, "intermediate_size": d_ff,
+        "hidden_act": "gelu", "rms_norm_eps": 1e-5, "tie_word_embeddings": True,
+        "mamba_d_state": d_state, "mamba_d_conv": 4, "mamba_expand": 2, "mamba_ngroups": groups,
+        "n_mamba_heads": mamba_heads, "chunk_size": 256, "use_conv_bias": True, "add_bias_linear": False,
+        "time_step_min": 0.001, "time_step_max": 0.1, "time_step_floor": 1e-4, "time_step_limit": None,
+        "num_mem_blocks": n_blocks, "use_shared_attention_adapter": adapters, "use_shared_mlp_adapter": adapters,
+        "adapter_rank": rank, "use_mem_rope": rope, "rope_theta": 10000.0, "use_long_context": False,
+        "max_position_embeddings": 4096, "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0,
+        "torch_dtype": "float32",
+    }
+
+
 # Full-size shapes are the public Hugging Face configs (token ids marked "unverified" where
 # only the shapes were checked); tiny ones are for tests.
 PRESETS = {
@@ -303,6 +322,8 @@ PRESETS = {
     # Granite 4.0-H at test size: µP multipliers, MoE top-2 of 4 + shared MLP, NoPE attention.
     # Falcon-H1 at test size: parallel Mamba-2 || attention in every layer, µP multipliers.
     "falcon-h1-tiny": lambda: falcon_h1_config(64, 3, 512, 4, 2, 96, 96, 6, 16),
+    # Zamba2 at test size: two shared blocks alternating over three hybrid layers, LoRA adapters.
+    "zamba2-tiny": lambda: zamba2_config(32, 512, "mhmhmhm", 4, 4, 80, 4, 16, n_blocks=2),
     "granite-h-tiny": lambda: granite_config(64, 4, 512, 4, 2, [2], 4, 2, 32, 48, 8, 16),
     "nemotron-h-tiny": lambda: nemotron_h_config(64, 512, "M*-ME-M", 4, 2, 16, 96, 8, 16, 16, 2,
                                                  n_group=2, topk_group=1),
@@ -739,7 +760,59 @@ def falcon_h1_specs(cfg):
     return specs + tail
 
 
-HYBRID_SPECS = {"falcon_h1": falcon_h1_specs, "granitemoehybrid": granitemoehybrid_specs, "hybridlm": hybridlm_specs, "jamba": jamba_specs, "bamba": bamba_specs, "lfm2": lfm2_specs,
+def zamba2_specs(cfg):
+    """Zamba2ForCausalLM (research/hf-hybrid.md C.8): shared blocks stored under the first hybrid layer
+    that uses each."""
+    H = int(cfg["hidden_size"])
+    tie = bool(cfg.get("tie_word_embeddings", True))
+    specs, tail = head_specs(cfg, tie, "model.embed_tokens.weight", "model.embed_tokens.weight",
+                             "model.final_layernorm.weight")
+    I = int(cfg.get("mamba_expand", 2) * H)
+    nh, G = int(cfg.get("n_mamba_heads", 8)), int(cfg.get("mamba_ngroups", 1))
+    N, K = int(cfg.get("mamba_d_state", 64)), int(cfg.get("mamba_d_conv", 4))
+    heads = int(cfg.get("num_attention_heads", 32))
+    kv_heads = int(cfg.get("num_key_value_heads", heads))
+    hd = 2 * H // heads
+    F, R = int(cfg.get("intermediate_size", 4 * H)), int(cfg.get("adapter_rank", 128))
+    n_blocks = int(cfg.get("num_mem_blocks", 1))
+    attn_ad, mlp_ad = bool(cfg.get("use_shared_attention_adapter", False)), bool(cfg.get("use_shared_mlp_adapter", False))
+    bias = bool(cfg.get("add_bias_linear", False))
+    hybrid_ids = [i for i, t in enumerate(cfg["layers_block_type"]) if t == "hybrid"]
+    home = {}  # block -> the layer that stores it
+    for j, L in enumerate(hybrid_ids):
+        home.setdefault(j % n_blocks, L)
+    for i, t in enumerate(cfg["layers_block_type"]):
+        p = "model.layers.%d." % i
+        if t == "hybrid":
+            specs.append((p + "mamba_decoder.input_layernorm.weight", (H,), NORM_INIT))
+            specs += mamba2_mixer_specs(p + "mamba_decoder.mamba.", H, I, nh, G, N, K, bias, True)
+            specs.append((p + "linear.weight", (H, H), normal(H ** -0.5)))
+        else:
+            specs.append((p + "input_layernorm.weight", (H,), NORM_INIT))
+            specs += mamba2_mixer_specs(p + "mamba.", H, I, nh, G, N, K, bias, True)
+    for b, L in sorted(home.items()):
+        s = "model.layers.%d.shared_transformer." % L
+        specs += [(s + "input_layernorm.weight", (2 * H,), NORM_INIT), (s + "pre_ff_layernorm.weight", (H,), NORM_INIT),
+                  (s + "self_attn.q_proj.weight", (heads * hd, 2 * H), normal((2 * H) ** -0.5)),
+                  (s + "self_attn.k_proj.weight", (kv_heads * hd, 2 * H), normal((2 * H) ** -0.5)),
+                  (s + "self_attn.v_proj.weight", (kv_heads * hd, 2 * H), normal((2 * H) ** -0.5)),
+                  (s + "self_attn.o_proj.weight", (H, heads * hd), normal((heads * hd) ** -0.5)),
+                  (s + "feed_forward.gate_up_proj.weight", (2 * F, H), normal(H ** -0.5)),
+                  (s + "feed_forward.down_proj.weight", (H, F), normal(F ** -0.5))]
+        for a in range(len(hybrid_ids)):
+            if a % n_blocks != b:
+                continue
+            if attn_ad:
+                for x, out in (("q", heads * hd), ("k", kv_heads * hd), ("v", kv_heads * hd)):
+                    q = s + "self_attn.linear_%s_adapter_list.%d." % (x, a)
+                    specs += [(q + "0.weight", (R, 2 * H), normal((2 * H) ** -0.5)), (q + "1.weight", (out, R), normal(0.5 * R ** -0.5))]
+            if mlp_ad:
+                q = s + "feed_forward.gate_up_proj_adapter_list.%d." % a
+                specs += [(q + "0.weight", (R, H), normal(H ** -0.5)), (q + "1.weight", (2 * F, R), normal(0.5 * R ** -0.5))]
+    return specs + tail
+
+
+HYBRID_SPECS = {"zamba2": zamba2_specs, "falcon_h1": falcon_h1_specs, "granitemoehybrid": granitemoehybrid_specs, "hybridlm": hybridlm_specs, "jamba": jamba_specs, "bamba": bamba_specs, "lfm2": lfm2_specs,
                 "nemotron_h": nemotron_h_specs}
 
 

@@ -126,10 +126,26 @@ struct BlockNames {
   std::string mixer;       // prefix of the mixer's tensors
   std::string ffn_norm;    // RMSNorm weight before the feed-forward (full tensor name)
   std::string ffn;         // prefix of the feed-forward's tensors
-  std::string mixer2;      // Mamba2Attention: prefix of the attention's tensors (mixer = Mamba-2's)
+  // Mamba2Attention: prefix of the attention's tensors (mixer = Mamba-2's). Zamba2 hybrid layers:
+  // the layer prefix (its `linear.weight` and the shared block's search order start there).
+  std::string mixer2;
+};
+
+// Zamba2's shared transformer blocks: attention over concat(h, embeddings) (2H wide) and an MLP,
+// with per-invocation LoRA adapters, and no residual inside. n_blocks distinct blocks; the j-th
+// hybrid layer uses block j % n_blocks with adapter j.
+struct SharedTransformerSpec {
+  int n_blocks = 0;
+  AttentionSpec attn;  // inputs 2H, o_proj (H, heads x head_dim)
+  MlpSpec mlp;         // fused gate_up_proj on H
+  int adapter_rank = 0;
+  bool attn_adapters = false, mlp_adapters = false;
+  float norm_eps = 1e-5f;
 };
 
 // One layer: h += mixer(norm(h)); then, with a feed-forward, h += ffn(norm(h)).
+// With shared_block >= 0 (Zamba2 hybrid layers), first t = linear(shared_block(h, emb)) and the
+// mixer reads norm(h + t): h += mixer(norm(h + t)).
 struct BlockSpec {
   MixerKind mixer = MixerKind::Mamba1;
   Mamba1Spec m1;
@@ -138,6 +154,7 @@ struct BlockSpec {
   ShortConvSpec conv;
   FfnSpec ffn;
   BlockNames names;
+  int shared_block = -1, adapter = -1;
 };
 
 struct HybridConfig {
@@ -152,6 +169,7 @@ struct HybridConfig {
   float embedding_multiplier = 1.0f, residual_multiplier = 1.0f, logits_multiplier = 1.0f;
   std::optional<int32_t> bos_token_id, eos_token_id, pad_token_id;
   std::vector<BlockSpec> blocks;
+  SharedTransformerSpec shared;  // Zamba2
   // Global tensor names (the family's layout).
   std::string embedding_name, final_norm_name, lm_head_name = "lm_head.weight";
 

@@ -20,6 +20,20 @@ Model Model::load(const std::filesystem::path& dir, const LoadOptions& opt) {
   if (emb == "backbone.embeddings.weight" && !r.has(emb) && r.has("backbone.embedding.weight"))
     emb = "backbone.embedding.weight";
   m.embedding_ = r.matrix(emb, {V, H});
+  // Zamba2: each shared block is stored once, under the first of its hybrid layers whose
+  // checkpoint entry holds it.
+  for (int sb = 0; sb < c.shared.n_blocks; ++sb) {
+    std::string prefix;
+    for (const BlockSpec& b : c.blocks)
+      if (b.shared_block == sb && r.has(b.names.mixer2 + "shared_transformer.input_layernorm.weight")) {
+        prefix = b.names.mixer2 + "shared_transformer.";
+        break;
+      }
+    if (prefix.empty())
+      throw Error("no tensors for shared transformer block " + std::to_string(sb) +
+                  " (looked for <layer>.shared_transformer.input_layernorm.weight at each hybrid layer using it)");
+    m.shared_.push_back(load_shared_block(r, prefix, c.shared, c.d_model));
+  }
   for (int i = 0; i < c.n_layers(); ++i) {
     const BlockSpec& b = c.blocks[i];
     const BlockNames& n = b.names;
@@ -36,6 +50,8 @@ Model Model::load(const std::filesystem::path& dir, const LoadOptions& opt) {
         lw.attn = load_attention(r, n.mixer2, b.attn, c.d_model);
         break;
     }
+    if (b.shared_block >= 0)
+      lw.zamba = load_zamba2_layer(r, m.shared_[b.shared_block].prefix, n.mixer2, c.shared, b.adapter, c.d_model);
     if (b.ffn.kind != FfnKind::None) {
       lw.ffn_norm = r.vector(n.ffn_norm, {H});
       lw.ffn = load_ffn(r, n.ffn, b.ffn, c.d_model);
@@ -54,6 +70,7 @@ std::vector<LayerCacheSpec> Model::cache_specs() const { return hybridlm::cache_
 
 size_t Model::weight_bytes() const {
   size_t n = embedding_.bytes() + lm_head_.bytes() + norm_f_.size() * 4;
+  for (const SharedBlockWeights& b : shared_) n += zamba2_bytes(b);
   for (const LayerWeights& l : layers_) {
     n += (l.norm.size() + l.ffn_norm.size()) * 4;
     for (const Matrix* m : {&l.m1.in_proj, &l.m1.x_proj, &l.m1.dt_proj, &l.m1.out_proj, &l.m2.in_proj, &l.m2.out_proj,
@@ -63,7 +80,7 @@ size_t Model::weight_bytes() const {
     for (const auto* v : {&l.m1.dt_norm, &l.m1.b_norm, &l.m1.c_norm, &l.attn.q_bias, &l.attn.k_bias, &l.attn.v_bias, &l.attn.o_bias, &l.attn.q_norm, &l.attn.k_norm,
                           &l.conv.in_bias, &l.conv.out_bias, &l.conv.conv_w, &l.conv.conv_b})
       n += v->size() * 4;
-    n += ffn_bytes(l.ffn);
+    n += ffn_bytes(l.ffn) + zamba2_bytes(l.zamba);
     for (const auto* v : {&l.m1.in_proj_bias, &l.m1.out_proj_bias, &l.m1.conv_w, &l.m1.conv_b, &l.m1.dt_bias,
                           &l.m1.A, &l.m1.D, &l.m2.in_proj_bias, &l.m2.out_proj_bias, &l.m2.conv_w, &l.m2.conv_b,
                           &l.m2.dt_bias, &l.m2.A, &l.m2.D, &l.m2.norm_w})
@@ -109,6 +126,7 @@ void Model::forward(const KernelContext& ctx, std::span<const int32_t> tokens, s
   if (cfg_.embedding_multiplier != 1.0f)
     for (float& v : sc.h) v *= cfg_.embedding_multiplier;
   const float rm = cfg_.residual_multiplier;
+  if (!shared_.empty()) sc.emb = sc.h;  // Zamba2's shared blocks read the original embeddings
   const std::vector<LayerCacheSpec>& kinds = cache.layers();
   for (int l = 0; l < cfg_.n_layers(); ++l) {
     const BlockSpec& b = cfg_.blocks[l];
@@ -128,9 +146,19 @@ void Model::forward(const KernelContext& ctx, std::span<const int32_t> tokens, s
       sc.runs.push_back(s);
       start += r.len;
     }
-    if (b.mixer != MixerKind::None) {
-      // xn = rmsnorm(h) * norm_w; h += mixer(xn)
+    if (b.shared_block >= 0) {
+      // Zamba2 hybrid layer: t = linear(shared_block(h, emb)); xn = rmsnorm(h + t) * norm_w
+      sc.mix2.resize(sc.h.size());
+      zamba2_shared_forward(ctx, cfg_.shared, shared_[b.shared_block], w.zamba, sc.h.data(), sc.emb.data(), T, H,
+                            sc.runs, sc.zamba, sc.mix2.data());
+      for (size_t i = 0; i < sc.h.size(); ++i) sc.xn[i] = sc.h[i] + sc.mix2[i];
+      cpu::rmsnorm(ctx, sc.xn.data(), w.norm.data(), T, H, cfg_.norm_eps, sc.xn.data());
+    } else if (b.mixer != MixerKind::None) {
+      // xn = rmsnorm(h) * norm_w
       cpu::rmsnorm(ctx, sc.h.data(), w.norm.data(), T, H, cfg_.norm_eps, sc.xn.data());
+    }
+    if (b.mixer != MixerKind::None) {
+      // h += mixer(xn)
       switch (b.mixer) {
         case MixerKind::None: break;
         case MixerKind::Mamba1: mamba1_forward(ctx, b.m1, w.m1, sc.xn.data(), T, sc.runs, sc.m1, sc.mix.data()); break;

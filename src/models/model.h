@@ -12,6 +12,7 @@
 #include "models/blocks/attention.h"
 #include "models/blocks/ffn.h"
 #include "models/blocks/short_conv.h"
+#include "models/blocks/zamba2.h"
 #include "models/blocks/mamba1.h"
 #include "models/blocks/mamba2.h"
 #include "models/config.h"
@@ -35,16 +36,18 @@ struct LayerWeights {
   AttentionWeights attn;
   ShortConvWeights conv;
   FfnWeights ffn;
+  Zamba2LayerWeights zamba;  // hybrid layers of Zamba2
 };
 
 // Per-forward scratch, grown to the high-water mark and then reused (no allocation once warm).
 struct ForwardScratch {
-  std::vector<float> h, xn, mix, mix2, rows;
+  std::vector<float> h, xn, mix, mix2, rows, emb;
   Mamba1Scratch m1;
   Mamba2Scratch m2;
   AttentionScratch attn;
   ShortConvScratch conv;
   FfnScratch ffn;
+  Zamba2Scratch zamba;
   std::vector<SeqRun> runs;
 };
 
@@ -75,6 +78,7 @@ class Model {
   Matrix lm_head_;  // empty when tied
   std::vector<float> norm_f_;
   std::vector<LayerWeights> layers_;
+  std::vector<SharedBlockWeights> shared_;  // Zamba2's shared transformer blocks
   size_t params_ = 0, mapped_bytes_ = 0;
   std::shared_ptr<const Checkpoint> checkpoint_;  // kept while matrices point into its mapping
 };

@@ -13,7 +13,10 @@ std::vector<LayerCacheSpec> cache_specs(const HybridConfig& c) {
     switch (b.mixer) {
       case MixerKind::None: break;
       case MixerKind::Mamba1: s = {LayerCacheKind::Mamba, mamba1_state_spec(b.m1), {}}; break;
-      case MixerKind::Mamba2: s = {LayerCacheKind::Mamba, mamba2_state_spec(b.m2), {}}; break;
+      case MixerKind::Mamba2:
+        s = {LayerCacheKind::Mamba, mamba2_state_spec(b.m2), {}};
+        if (b.shared_block >= 0) s = {LayerCacheKind::MambaAndAttention, s.state, {c.shared.attn.n_kv_heads, c.shared.attn.head_dim}};
+        break;
       case MixerKind::Attention: s = {LayerCacheKind::Attention, {}, {b.attn.n_kv_heads, b.attn.head_dim}}; break;
       case MixerKind::ShortConv: s = {LayerCacheKind::Conv, short_conv_state_spec(b.conv, c.d_model), {}}; break;
       case MixerKind::Mamba2Attention:
@@ -44,7 +47,20 @@ Counts count(const HybridConfig& c) {
   n.matrices += V * H;              // embedding
   if (!c.tie_embeddings) n.matrices += V * H;  // lm_head
   n.vectors += H;                   // norm_f
+  const SharedTransformerSpec& st = c.shared;
+  const size_t sq = static_cast<size_t>(st.attn.n_heads) * st.attn.head_dim;
+  const size_t skv = static_cast<size_t>(st.attn.n_kv_heads) * st.attn.head_dim;
+  const size_t sF = st.mlp.d_ff, R = st.adapter_rank;
+  for (int sb = 0; sb < st.n_blocks; ++sb) {  // Zamba2 shared blocks: norms, attention, MLP
+    n.vectors += 3 * H;
+    n.matrices += sq * 2 * H + 2 * skv * 2 * H + H * sq + 2 * sF * H + H * sF;
+  }
   for (const BlockSpec& b : c.blocks) {
+    if (b.shared_block >= 0) {  // per hybrid layer: adapters and the output linear
+      n.matrices += H * H;
+      if (st.attn_adapters) n.matrices += 3 * R * 2 * H + R * (sq + 2 * skv);
+      if (st.mlp_adapters) n.matrices += R * H + 2 * sF * R;
+    }
     if (b.mixer != MixerKind::None) n.vectors += H;  // pre-mixer norm
     if (b.ffn.kind != FfnKind::None) {
       const FfnSpec& f = b.ffn;
@@ -100,8 +116,8 @@ size_t matrix_param_count(const HybridConfig& c) { return count(c).matrices; }
 
 size_t kv_bytes_per_token(const HybridConfig& c, size_t kv_dtype_bytes) {
   size_t n = 0;
-  for (const BlockSpec& b : c.blocks)
-    if (b.mixer == MixerKind::Attention) n += 2 * static_cast<size_t>(b.attn.n_kv_heads) * b.attn.head_dim * kv_dtype_bytes;
+  for (const LayerCacheSpec& l : cache_specs(c))
+    if (l.has_kv()) n += 2 * static_cast<size_t>(l.kv.n_kv_heads) * l.kv.head_dim * kv_dtype_bytes;
   return n;
 }
 

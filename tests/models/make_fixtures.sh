@@ -23,4 +23,5 @@ mkdir -p "$out"
 "$py" "$tool" --preset nemotron-h-tiny --out "$out/nemotron_h" --seed 10 >/dev/null
 "$py" "$tool" --preset granite-h-tiny --out "$out/granite" --seed 11 --set position_embedding_type='"rope"' >/dev/null
 "$py" "$tool" --preset falcon-h1-tiny --out "$out/falcon_h1" --seed 12 --set mamba_rms_norm=true >/dev/null
+"$py" "$tool" --preset zamba2-tiny --out "$out/zamba2" --seed 13 --set use_mem_rope=true >/dev/null
 echo "fixtures written to $out"

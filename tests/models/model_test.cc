@@ -23,7 +23,7 @@ std::filesystem::path fixtures() {
   return d;
 }
 
-const char* kModels[] = {"mamba1", "falcon_mamba", "mamba2_g2", "mamba2_bf16", "hybridlm", "hybridlm_var", "jamba", "bamba", "lfm2", "nemotron_h", "granite", "falcon_h1"};
+const char* kModels[] = {"mamba1", "falcon_mamba", "mamba2_g2", "mamba2_bf16", "hybridlm", "hybridlm_var", "jamba", "bamba", "lfm2", "nemotron_h", "granite", "falcon_h1", "zamba2"};
 
 std::vector<int32_t> random_ids(int n, int vocab, uint64_t seed) {
   std::mt19937_64 rng(seed);

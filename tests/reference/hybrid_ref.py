@@ -111,7 +111,7 @@ def rope(x, rot, theta):
 
 
 def attention(w, p, u, H, heads, kv_heads, hd, rot, theta, scale=None, bias=False, qk_norm_eps=None,
-              o_name="o_proj", qk_names=("q_norm", "k_norm")):
+              o_name="o_proj", qk_names=("q_norm", "k_norm"), out_dim=None):
     """Causal GQA softmax attention over the whole sequence (positions 0..T-1)."""
     T = u.shape[0]
     q = linear(u, w(p + "q_proj.weight", (heads * hd, H)), w.opt(p + "q_proj.bias", (heads * hd,), bias))
@@ -130,7 +130,7 @@ def attention(w, p, u, H, heads, kv_heads, hd, rot, theta, scale=None, bias=Fals
         s = np.where(np.tril(np.ones((T, T), dtype=bool)), s, -np.inf)
         s = np.exp(s - s.max(axis=1, keepdims=True))
         y[:, h, :] = (s / s.sum(axis=1, keepdims=True)) @ v[:, h // rep, :]
-    return linear(y.reshape(T, heads * hd), w(p + o_name + ".weight", (H, heads * hd)))
+    return linear(y.reshape(T, heads * hd), w(p + o_name + ".weight", (out_dim or H, heads * hd)))
 
 
 ACTS = {
@@ -496,7 +496,67 @@ def falcon_h1_forward(c, w, ids, norm_groups):
     return (h @ head.T) * float(c.get("lm_head_multiplier", 1.0))
 
 
-FAMILIES = {"falcon_h1": falcon_h1_forward, "granitemoehybrid": granitemoehybrid_forward, "nemotron_h": nemotron_h_forward, "hybridlm": hybridlm_forward, "jamba": jamba_forward, "bamba": bamba_forward, "lfm2": lfm2_forward}
+def zamba2_forward(c, w, ids, norm_groups):
+    """Zamba2ForCausalLM (hf-hybrid.md C.8). The j-th hybrid layer runs shared block j % num_mem_blocks
+    with adapters j on concat(h, embeddings): attention over 2H (scale (hd/2)^-0.5) -> H, norm, gated
+    MLP; no residual inside. Its output goes through the layer's linear and is added to h before the
+    layer's Mamba-2 norm. dt >= time_step_min (torch path); gated norm per group, eps 1e-5."""
+    H, V = int(c["hidden_size"]), int(c["vocab_size"])
+    eps = float(c.get("rms_norm_eps", 1e-5))
+    types = c["layers_block_type"]
+    I = int(c.get("mamba_expand", 2) * H)
+    nh, G = int(c.get("n_mamba_heads", 8)), int(c.get("mamba_ngroups", 1))
+    N, K = int(c.get("mamba_d_state", 64)), int(c.get("mamba_d_conv", 4))
+    heads = int(c.get("num_attention_heads", 32))
+    kv = int(c.get("num_key_value_heads", heads))
+    hd = 2 * H // heads
+    F = int(c.get("intermediate_size", 4 * H))
+    nb = int(c.get("num_mem_blocks", 1))
+    act = ACTS[c.get("hidden_act", "gelu")]
+    rot = hd if c.get("use_mem_rope", False) else 0
+    dt_lim = (float(c.get("time_step_min", 0.001)), math.inf)
+    hybrid_ids = [i for i, t in enumerate(types) if t == "hybrid"]
+    home = {}
+    for j, L in enumerate(hybrid_ids):
+        home.setdefault(j % nb, L)
+    emb = w("model.embed_tokens.weight", (V, H))[ids]
+    h = emb
+    for i, t in enumerate(types):
+        p = "model.layers.%d." % i
+        if t == "hybrid":
+            j = hybrid_ids.index(i)
+            s = "model.layers.%d.shared_transformer." % home[j % nb]
+            x = rmsnorm(np.concatenate([h, emb], axis=1), w(s + "input_layernorm.weight", (2 * H,)), eps)
+            # Adapters: q/k/v += (x A0^T) A1^T: fold each into a per-call weight W + A1 A0.
+            lw = {}
+            for n in ("q", "k", "v"):
+                W = w(s + "self_attn.%s_proj.weight" % n)
+                if c.get("use_shared_attention_adapter", False):
+                    q = s + "self_attn.linear_%s_adapter_list.%d." % (n, j)
+                    W = W + w(q + "1.weight") @ w(q + "0.weight")
+                lw[s + "self_attn.%s_proj.weight" % n] = W
+            lw[s + "self_attn.o_proj.weight"] = w(s + "self_attn.o_proj.weight")
+            a = attention(Weights(lw), s + "self_attn.", x, 2 * H, heads, kv, hd, rot,
+                          float(c.get("rope_theta", 10000.0)), scale=(hd / 2) ** -0.5, out_dim=H)
+            f = rmsnorm(a, w(s + "pre_ff_layernorm.weight", (H,)), eps)
+            gu = linear(f, w(s + "feed_forward.gate_up_proj.weight", (2 * F, H)))
+            if c.get("use_shared_mlp_adapter", False):
+                q = s + "feed_forward.gate_up_proj_adapter_list.%d." % j
+                gu = gu + linear(linear(f, w(q + "0.weight")), w(q + "1.weight"))
+            m = linear(act(gu[:, :F]) * gu[:, F:], w(s + "feed_forward.down_proj.weight", (H, F)))
+            tt = linear(m, w(p + "linear.weight", (H, H)))
+            u = rmsnorm(h + tt, w(p + "mamba_decoder.input_layernorm.weight", (H,)), eps)
+            h = h + mamba2(w, p + "mamba_decoder.mamba.", u, H, I, nh, G, N, K,
+                           bool(c.get("add_bias_linear", False)), True, 1e-5, I // G, dt_lim)
+        else:
+            u = rmsnorm(h, w(p + "input_layernorm.weight", (H,)), eps)
+            h = h + mamba2(w, p + "mamba.", u, H, I, nh, G, N, K, bool(c.get("add_bias_linear", False)), True,
+                           1e-5, I // G, dt_lim)
+    h = rmsnorm(h, w("model.final_layernorm.weight", (H,)), eps)
+    return h @ (w("model.embed_tokens.weight") if c.get("tie_word_embeddings", True) else w("lm_head.weight", (V, H))).T
+
+
+FAMILIES = {"zamba2": zamba2_forward, "falcon_h1": falcon_h1_forward, "granitemoehybrid": granitemoehybrid_forward, "nemotron_h": nemotron_h_forward, "hybridlm": hybridlm_forward, "jamba": jamba_forward, "bamba": bamba_forward, "lfm2": lfm2_forward}
 
 
 class Model:

@@ -124,6 +124,12 @@ CASES = [
                                                                    "--set", "mamba_n_groups=2", "--set", "projectors_bias=true"], 33),
     ("falcon-h1 rms norm after gate", ["--preset", "falcon-h1-tiny", "--set", "mamba_rms_norm=true",
                                        "--set", "mamba_norm_before_gate=false", "--set", "mamba_n_groups=2"], 29),
+    # Zamba2: shared transformer blocks on concat(h, embeddings) with per-invocation LoRA, two
+    # blocks alternating; then RoPE, one block, no adapters, 2 Mamba groups.
+    ("zamba2-tiny", ["--preset", "zamba2-tiny"], 39),
+    ("zamba2 one block, no adapters, mem RoPE, ngroups 2, untied",
+     ["--preset", "zamba2-tiny", "--untie", "--set", "num_mem_blocks=1", "--set", "use_shared_attention_adapter=false",
+      "--set", "use_shared_mlp_adapter=false", "--set", "use_mem_rope=true", "--set", "mamba_ngroups=2"], 34),
     ("hybridlm gelu MLP, attention with bias, bf16 on disk",
      ["--preset", "hybridlm-tiny", "--dtype", "bf16", "--set", 'block_pattern=["m", "t"]',
       "--set", 'attention={"num_heads": 2, "num_kv_heads": 2, "bias": true}',

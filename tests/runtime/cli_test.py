@@ -138,7 +138,8 @@ for d in [m1, m2]:
 expect_error("plan: bad --memory", ["plan", "--config", codestral, "--memory", "lots"], 1, "--memory lots: expected a size")
 
 # Every family generates from the CLI (sampling and beam search), and its plan matches its loader.
-for preset in ["hybridlm-tiny", "jamba-tiny", "bamba-tiny"]:
+for preset in ["hybridlm-tiny", "jamba-tiny", "bamba-tiny", "granite-h-tiny", "nemotron-h-tiny", "falcon-h1-tiny",
+               "zamba2-tiny", "lfm2-tiny"]:
     d = os.path.join(scratch, preset)
     subprocess.run(["/usr/bin/python3", tool, "--preset", preset, "--out", d, "--tokenizer", neox, "--seed", "9"],
                    check=True, capture_output=True)

@@ -69,7 +69,8 @@ int run_plan(const PlanOptions& o) {
   double conv = 0, ssm = 0;
   for (size_t i = 0; i < specs.size(); ++i) {
     if (specs[i].kind == LayerCacheKind::None) continue;
-    Kind& e = by_kind[mixer_kind_name(c.blocks[i].mixer)];
+    Kind& e = by_kind[std::string(mixer_kind_name(c.blocks[i].mixer)) +
+                      (c.blocks[i].shared_block >= 0 ? "+shared-attention" : "")];
     e.layers += 1;
     e.conv += static_cast<double>(specs[i].state.conv_elems() * sbytes);
     e.ssm += static_cast<double>(specs[i].state.ssm_elems * sbytes);
@@ -100,7 +101,7 @@ int run_plan(const PlanOptions& o) {
   std::printf("state per sequence: %.0f bytes (%s) at --state-dtype %s\n", conv + ssm, format_bytes(conv + ssm).c_str(),
               o.state_dtype.c_str());
   for (const auto& [kind, e] : by_kind)
-    if (e.kv == 0)
+    if (e.conv + e.ssm > 0)
       std::printf("  %-9s x%-4d     ssm %.0f bytes (%s) + conv %.0f bytes (%s)\n", kind.c_str(), e.layers, e.ssm,
                   format_bytes(e.ssm).c_str(), e.conv, format_bytes(e.conv).c_str());
   std::printf("kv per token:       %.0f bytes (%s) at --kv-dtype %s%s\n", kv_per_token, format_bytes(kv_per_token).c_str(),

@@ -18,6 +18,7 @@ const std::vector<Family>& families() {
       {"nemotron_h", {"NemotronHForCausalLM"}, parse_nemotron_h},
       {"granitemoehybrid", {"GraniteMoeHybridForCausalLM"}, parse_granitemoehybrid},
       {"falcon_h1", {"FalconH1ForCausalLM"}, parse_falcon_h1},
+      {"zamba2", {"Zamba2ForCausalLM"}, parse_zamba2},
   };
   return table;
 }

@@ -27,8 +27,20 @@ AttentionWeights load_attention(const WeightReader& r, const std::string& p, con
   return w;
 }
 
+// y: (T, up.rows) += (u @ down^T) @ up^T
+static void add_lora(const KernelContext& ctx, const Matrix& down, const Matrix& up, const float* u, int T,
+                     AttentionScratch& sc, float* y) {
+  if (down.rows == 0) return;
+  sc.lora_r.resize(static_cast<size_t>(T) * down.rows);
+  sc.lora_out.resize(static_cast<size_t>(T) * up.rows);
+  cpu::matmul(ctx, down.view(), nullptr, u, T, sc.lora_r.data());
+  cpu::matmul(ctx, up.view(), nullptr, sc.lora_r.data(), T, sc.lora_out.data());
+  for (size_t i = 0; i < sc.lora_out.size(); ++i) y[i] += sc.lora_out[i];
+}
+
 void attention_forward(const KernelContext& ctx, const AttentionSpec& s, const AttentionWeights& w, const float* u,
-                       int T, std::span<const SeqRun> runs, AttentionScratch& sc, float* out) {
+                       int T, std::span<const SeqRun> runs, AttentionScratch& sc, float* out,
+                       const AttentionLora* lora) {
   const int hd = s.head_dim, q_dim = s.n_heads * hd, kv_dim = s.n_kv_heads * hd;
   sc.q.resize(static_cast<size_t>(T) * q_dim);
   sc.k.resize(static_cast<size_t>(T) * kv_dim);
@@ -43,6 +55,11 @@ void attention_forward(const KernelContext& ctx, const AttentionSpec& s, const A
   cpu::matmul(ctx, w.q_proj.view(), data_or_null(w.q_bias), u, T, sc.q.data());
   cpu::matmul(ctx, w.k_proj.view(), data_or_null(w.k_bias), u, T, sc.k.data());
   cpu::matmul(ctx, w.v_proj.view(), data_or_null(w.v_bias), u, T, sc.v.data());
+  if (lora) {
+    add_lora(ctx, lora->q_down, lora->q_up, u, T, sc, sc.q.data());
+    add_lora(ctx, lora->k_down, lora->k_up, u, T, sc, sc.k.data());
+    add_lora(ctx, lora->v_down, lora->v_up, u, T, sc, sc.v.data());
+  }
   if (s.k_scale != 1.0f)  // Falcon-H1's key_multiplier, before RoPE and the cache
     for (float& x : sc.k) x *= s.k_scale;
   if (s.qk_norm) {  // per head: rows of hd

@@ -20,8 +20,14 @@ struct AttentionWeights {
   std::vector<float> q_norm, k_norm;  // (hd) when qk_norm
 };
 
+// Low-rank adapters added to q, k, v: q += (u @ down^T) @ up^T (Zamba2's per-invocation LoRA).
+// An empty pair means no adapter on that projection.
+struct AttentionLora {
+  Matrix q_down, q_up, k_down, k_up, v_down, v_up;
+};
+
 struct AttentionScratch {
-  std::vector<float> u, q, k, v, y;
+  std::vector<float> u, q, k, v, y, lora_r, lora_out;
 };
 
 AttentionWeights load_attention(const WeightReader& r, const std::string& prefix, const AttentionSpec& s,
@@ -30,6 +36,7 @@ AttentionWeights load_attention(const WeightReader& r, const std::string& prefix
 // out: (T, H) = attention(u: (T, H)). Writes this run's K and V into the cache at positions
 // [pos0, pos0 + len) of each run's sequence.
 void attention_forward(const KernelContext& ctx, const AttentionSpec& s, const AttentionWeights& w, const float* u,
-                       int T, std::span<const SeqRun> runs, AttentionScratch& scratch, float* out);
+                       int T, std::span<const SeqRun> runs, AttentionScratch& scratch, float* out,
+                       const AttentionLora* lora = nullptr);
 
 }  // namespace hybridlm
