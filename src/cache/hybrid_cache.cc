@@ -109,7 +109,10 @@ static std::vector<LayerStateSpec> state_layers(const std::vector<LayerCacheSpec
 }
 
 HybridCache::HybridCache(std::vector<LayerCacheSpec> layers, const CacheOptions& opt)
-    : layers_(std::move(layers)), block_size_(opt.block_size), states_(state_layers(layers_), opt.max_sequences) {
+    : layers_(std::move(layers)),
+      block_size_(opt.block_size),
+      states_(state_layers(layers_), opt.max_sequences, opt.state_dtype),
+      staged_at_(static_cast<size_t>(std::max(0, opt.max_sequences)), -1) {
   check(opt.max_sequences > 0, "the cache needs at least one sequence (max sequences = " +
                                    std::to_string(opt.max_sequences) + ")");
   check(opt.block_size > 0 && opt.block_size <= 4096, "KV block size must be in [1, 4096], got " +
@@ -181,7 +184,7 @@ Snapshot HybridCache::snapshot(int seq) const {
   check_live(seq);
   Snapshot s;
   s.pages_owner_ = pages_;
-  s.state_.assign(states_.slot_data(seq), states_.slot_data(seq) + states_.slot_floats());
+  s.state_.assign(states_.slot_bytes(seq), states_.slot_bytes(seq) + states_.bytes_per_slot());
   s.pages_ = seqs_[seq].pages;
   for (int32_t p : s.pages_) pages_->ref(p);
   s.length_ = seqs_[seq].length;
@@ -197,7 +200,7 @@ void HybridCache::restore(int seq, const Snapshot& snap) {
   s.pages = snap.pages_;
   s.length = snap.length_;
   s.kept.clear();
-  std::copy(snap.state_.begin(), snap.state_.end(), states_.slot_data(seq));
+  std::copy(snap.state_.begin(), snap.state_.end(), states_.slot_bytes(seq));
 }
 
 void HybridCache::reorder(std::span<const int> seqs, std::span<const int> src) {
@@ -305,6 +308,36 @@ int64_t HybridCache::pages_needed(int seq, int64_t more) const {
 
 void HybridCache::commit(std::span<const BatchRun> runs) {
   for (const BatchRun& r : runs) seqs_[r.seq].length += r.len;
+}
+
+void HybridCache::load_state(std::span<const BatchRun> runs, int layer) {
+  if (states_.dtype() == DType::F32 || !layers_[layer].has_state()) return;
+  const size_t n = layers_[layer].state.elems();
+  staging_.resize(runs.size() * n);
+  std::fill(staged_at_.begin(), staged_at_.end(), -1);
+  for (size_t i = 0; i < runs.size(); ++i) {
+    staged_at_[runs[i].seq] = static_cast<int>(i);
+    states_.read_layer(runs[i].seq, layer, staging_.data() + i * n);
+  }
+  staged_layer_ = layer;
+}
+
+void HybridCache::store_state(std::span<const BatchRun> runs, int layer) {
+  if (states_.dtype() == DType::F32 || !layers_[layer].has_state()) return;
+  const size_t n = layers_[layer].state.elems();
+  for (const BatchRun& r : runs) states_.write_layer(r.seq, layer, staging_.data() + staged_at_[r.seq] * n);
+  staged_layer_ = -1;
+}
+
+float* HybridCache::conv_state(int seq, int layer) {
+  if (states_.dtype() == DType::F32) return states_.conv_state(seq, layer);
+  check(staged_layer_ == layer && staged_at_.at(static_cast<size_t>(seq)) >= 0,
+        "state of layer " + std::to_string(layer) + " was not loaded for sequence " + std::to_string(seq));
+  return staging_.data() + static_cast<size_t>(staged_at_[seq]) * layers_[layer].state.elems();
+}
+
+float* HybridCache::ssm_state(int seq, int layer) {
+  return conv_state(seq, layer) + layers_[layer].state.conv_elems();
 }
 
 PagedKv HybridCache::kv(int seq, int layer) {

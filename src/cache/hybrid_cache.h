@@ -43,6 +43,7 @@ struct CacheOptions {
   // KV pages in the pool; 0 = enough for every sequence to reach `context` tokens.
   int kv_pages = 0;
   int context = 4096;
+  DType state_dtype = DType::F32;  // recurrent state storage: F32, BF16 or F16
 };
 
 // One run of a varlen batch: `len` tokens continuing sequence `seq`.
@@ -66,13 +67,13 @@ class Snapshot {
   ~Snapshot();
   int length() const { return length_; }
   bool empty() const { return pages_owner_ == nullptr; }
-  const std::vector<float>& state() const { return state_; }  // the slot's floats (all layers)
+  const std::vector<uint8_t>& state() const { return state_; }  // the slot's bytes (all layers)
 
  private:
   friend class HybridCache;
   void drop();
   std::shared_ptr<KvPagePool> pages_owner_;
-  std::vector<float> state_;
+  std::vector<uint8_t> state_;
   std::vector<int32_t> pages_;
   int length_ = 0;
 };
@@ -110,8 +111,13 @@ class HybridCache {
   void commit(std::span<const BatchRun> runs);  // lengths += len
   // Free pages that `more` further tokens of seq would take (including un-sharing its last page).
   int64_t pages_needed(int seq, int64_t more) const;
-  float* conv_state(int seq, int layer) { return states_.conv_state(seq, layer); }
-  float* ssm_state(int seq, int layer) { return states_.ssm_state(seq, layer); }
+  // One layer's recurrent state of the runs' sequences, as f32 the model can update in place:
+  // with f32 storage the slots themselves; with bf16 / f16 storage, staging copies that
+  // load_state fills and store_state rounds back into the slots.
+  void load_state(std::span<const BatchRun> runs, int layer);
+  void store_state(std::span<const BatchRun> runs, int layer);
+  float* conv_state(int seq, int layer);
+  float* ssm_state(int seq, int layer);
   PagedKv kv(int seq, int layer);  // layer must have KV
 
   // ---- accounting ----
@@ -140,6 +146,9 @@ class HybridCache {
   int block_size_;
   bool has_state_ = false, has_kv_ = false;
   StatePool states_;
+  std::vector<float> staging_;       // 16-bit storage: one layer of the loaded sequences, f32
+  std::vector<int> staged_at_;       // per seq: index into staging_ (in layer states), or -1
+  int staged_layer_ = -1;
   std::shared_ptr<KvPagePool> pages_;
   std::vector<Seq> seqs_;  // indexed by seq id (= state slot)
 };

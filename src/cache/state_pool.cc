@@ -8,18 +8,21 @@
 
 namespace hybridlm {
 
-StatePool::StatePool(std::vector<LayerStateSpec> layers, int n_slots)
-    : layers_(std::move(layers)), in_use_(std::max(0, n_slots), 0) {
+StatePool::StatePool(std::vector<LayerStateSpec> layers, int n_slots, DType dtype)
+    : layers_(std::move(layers)), dtype_(dtype), in_use_(std::max(0, n_slots), 0) {
+  check(dtype == DType::F32 || dtype == DType::BF16 || dtype == DType::F16,
+        "state dtype must be f32, bf16 or f16");
+  elem_bytes_ = dtype_size(dtype);
   size_t off = 0;
   for (const auto& l : layers_) {
-    conv_offset_.push_back(off);
-    off += l.conv_elems();
-    ssm_offset_.push_back(off);
-    off += l.ssm_elems;
+    offset_.push_back(off);
+    off += l.elems();
   }
   // Round each slot up to a 64-byte multiple so slots start on cache lines.
-  slot_floats_ = (off + 15) / 16 * 16;
-  data_.assign(slot_floats_ * in_use_.size(), 0.0f);
+  const size_t per_line = 64 / elem_bytes_;
+  slot_elems_ = (off + per_line - 1) / per_line * per_line;
+  if (dtype == DType::F32) f32_.assign(slot_elems_ * in_use_.size(), 0.0f);
+  else h16_.assign(slot_elems_ * in_use_.size(), 0);
 }
 
 int StatePool::acquire() {
@@ -48,21 +51,40 @@ void StatePool::release(int slot) {
 
 void StatePool::reset(int slot) {
   check_live(slot);
-  std::fill_n(slot_data(slot), slot_floats_, 0.0f);
+  std::memset(slot_bytes(slot), 0, bytes_per_slot());  // all-zero bits are 0.0 in every dtype
 }
 
 void StatePool::copy(int src, int dst) {
   check_live(src);
   check_live(dst);
-  if (src != dst) std::memcpy(slot_data(dst), slot_data(src), slot_floats_ * sizeof(float));
+  if (src != dst) std::memcpy(slot_bytes(dst), slot_bytes(src), bytes_per_slot());
 }
 
-float* StatePool::slot_data(int slot) { return data_.data() + static_cast<size_t>(slot) * slot_floats_; }
-const float* StatePool::slot_data(int slot) const {
-  return data_.data() + static_cast<size_t>(slot) * slot_floats_;
+uint8_t* StatePool::slot_bytes(int slot) {
+  return dtype_ == DType::F32 ? reinterpret_cast<uint8_t*>(f32_.data() + static_cast<size_t>(slot) * slot_elems_)
+                              : reinterpret_cast<uint8_t*>(h16_.data() + static_cast<size_t>(slot) * slot_elems_);
 }
-float* StatePool::conv_state(int slot, int layer) { return slot_data(slot) + conv_offset_[layer]; }
-float* StatePool::ssm_state(int slot, int layer) { return slot_data(slot) + ssm_offset_[layer]; }
+const uint8_t* StatePool::slot_bytes(int slot) const { return const_cast<StatePool*>(this)->slot_bytes(slot); }
+
+float* StatePool::conv_state(int slot, int layer) {
+  check(dtype_ == DType::F32, "direct state views need f32 storage");
+  return f32_.data() + static_cast<size_t>(slot) * slot_elems_ + offset_[layer];
+}
+float* StatePool::ssm_state(int slot, int layer) { return conv_state(slot, layer) + layers_[layer].conv_elems(); }
+
+void StatePool::read_layer(int slot, int layer, float* out) const {
+  const size_t n = layers_[layer].elems(), at = static_cast<size_t>(slot) * slot_elems_ + offset_[layer];
+  if (dtype_ == DType::F32) std::memcpy(out, f32_.data() + at, n * sizeof(float));
+  else if (dtype_ == DType::BF16) for (size_t i = 0; i < n; ++i) out[i] = bf16_to_f32(h16_[at + i]);
+  else for (size_t i = 0; i < n; ++i) out[i] = f16_to_f32(h16_[at + i]);
+}
+
+void StatePool::write_layer(int slot, int layer, const float* in) {
+  const size_t n = layers_[layer].elems(), at = static_cast<size_t>(slot) * slot_elems_ + offset_[layer];
+  if (dtype_ == DType::F32) std::memcpy(f32_.data() + at, in, n * sizeof(float));
+  else if (dtype_ == DType::BF16) for (size_t i = 0; i < n; ++i) h16_[at + i] = f32_to_bf16(in[i]);
+  else for (size_t i = 0; i < n; ++i) h16_[at + i] = f32_to_f16(in[i]);
+}
 
 int StatePool::in_use() const {
   return static_cast<int>(std::count(in_use_.begin(), in_use_.end(), 1));

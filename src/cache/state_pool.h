@@ -1,14 +1,16 @@
 // Per-sequence SSM state slots: the recurrent half of the hybrid cache (ARCHITECTURE.md section 4).
-// A slot holds, for every SSM layer, the conv state (K-1 rows of the conv's input channels, oldest
-// first) and the SSM state (Mamba-1: (d_inner, d_state); Mamba-2: (n_heads, head_dim, d_state)),
-// all f32, in one contiguous block. Slots are fixed at construction, zeroed on acquire, never paged
-// or evicted, and copied as whole units (fork, snapshot). Attention layers will get a paged KV
-// store beside this pool; layers without recurrent state have an empty spec here.
+// A slot holds, for every layer with recurrent state, the conv state (K-1 rows of the conv's input
+// channels, oldest first) and the SSM state (Mamba-1: (d_inner, d_state); Mamba-2: (n_heads,
+// head_dim, d_state)) in one contiguous block. The storage type is f32 (default) or bf16 / f16
+// (half the memory; the model computes on f32 copies of one layer at a time). Slots are fixed at
+// construction, zeroed on acquire, never paged or evicted, and copied as whole units.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <vector>
+
+#include "tensor/dtype.h"
 
 namespace hybridlm {
 
@@ -17,28 +19,35 @@ struct LayerStateSpec {
   int conv_channels = 0;  // channels the conv runs over
   size_t ssm_elems = 0;   // elements of the SSM state
   size_t conv_elems() const { return static_cast<size_t>(conv_rows) * conv_channels; }
-  size_t bytes() const { return (conv_elems() + ssm_elems) * sizeof(float); }
+  size_t elems() const { return conv_elems() + ssm_elems; }
+  size_t bytes(size_t elem_bytes = sizeof(float)) const { return elems() * elem_bytes; }
 };
 
 class StatePool {
  public:
-  StatePool(std::vector<LayerStateSpec> layers, int n_slots);
+  // dtype: F32, BF16 or F16.
+  StatePool(std::vector<LayerStateSpec> layers, int n_slots, DType dtype = DType::F32);
 
   // A free slot, zeroed. Throws Error when every slot is in use.
   int acquire();
   void release(int slot);
-  void reset(int slot);                // zero it
+  void reset(int slot);                   // zero it
   void copy(int src_slot, int dst_slot);  // fork: dst becomes a copy of src
 
-  // Views into a slot (nullptr-free for layers with state).
+  // f32 storage only: views into a slot.
   float* conv_state(int slot, int layer);
   float* ssm_state(int slot, int layer);
-  // The whole slot as one block (snapshot / restore).
-  float* slot_data(int slot);
-  const float* slot_data(int slot) const;
-  size_t slot_floats() const { return slot_floats_; }
+  // Any storage: one layer's state as f32 (conv then SSM, layer.elems() floats), and back
+  // (rounded to the storage type).
+  void read_layer(int slot, int layer, float* out) const;
+  void write_layer(int slot, int layer, const float* in);
 
-  size_t bytes_per_slot() const { return slot_floats_ * sizeof(float); }
+  // The whole slot as raw bytes (snapshot / restore).
+  uint8_t* slot_bytes(int slot);
+  const uint8_t* slot_bytes(int slot) const;
+  size_t bytes_per_slot() const { return slot_elems_ * elem_bytes_; }
+
+  DType dtype() const { return dtype_; }
   int capacity() const { return static_cast<int>(in_use_.size()); }
   int in_use() const;
   bool is_live(int slot) const;
@@ -47,9 +56,12 @@ class StatePool {
  private:
   void check_live(int slot) const;
   std::vector<LayerStateSpec> layers_;
-  std::vector<size_t> conv_offset_, ssm_offset_;
-  size_t slot_floats_ = 0;
-  std::vector<float> data_;
+  DType dtype_;
+  size_t elem_bytes_;
+  std::vector<size_t> offset_;  // per layer, in elements: conv state, then SSM state
+  size_t slot_elems_ = 0;
+  std::vector<float> f32_;      // F32 storage
+  std::vector<uint16_t> h16_;   // BF16 / F16 storage
   std::vector<uint8_t> in_use_;
 };
 

@@ -27,7 +27,7 @@ Engine::Engine(const std::filesystem::path& dir, const EngineOptions& opt)
   const std::vector<LayerCacheSpec> specs = model_.cache_specs();
   double slot_bytes = 0, kv_token_bytes = 0;
   for (const LayerCacheSpec& l : specs) {
-    slot_bytes += static_cast<double>(l.state.bytes());
+    slot_bytes += static_cast<double>(l.state.bytes(dtype_size(opt.state_dtype)));
     if (l.has_kv()) kv_token_bytes += static_cast<double>(l.kv.bytes_per_token());
   }
   const double pages = opt.kv_pages > 0 ? opt.kv_pages
@@ -45,6 +45,7 @@ Engine::Engine(const std::filesystem::path& dir, const EngineOptions& opt)
   co.block_size = opt.block_size;
   co.kv_pages = opt.kv_pages;
   co.context = opt.context;
+  co.state_dtype = opt.state_dtype;
   cache_ = std::make_unique<HybridCache>(specs, co);
 }
 

@@ -24,6 +24,7 @@ struct EngineOptions {
   int context = 4096;     // tokens per sequence the KV cache is sized for (attention models)
   int block_size = 16;    // tokens per KV page
   int kv_pages = 0;       // 0 = max_sequences x context / block_size
+  DType state_dtype = DType::F32;  // recurrent state storage: F32, BF16 or F16
 };
 
 class Engine {

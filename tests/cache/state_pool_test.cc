@@ -33,5 +33,31 @@ TEST(StatePool, AcquireZeroesReleaseFreesAndFullIsAnError) {
   EXPECT_EQ(pool.conv_state(0, 1), pool.ssm_state(0, 0) + 40);
 }
 
+TEST(StatePool, SixteenBitStorageHalvesTheSlotAndRoundsOnWrite) {
+  StatePool f32({{3, 10, 40}, {3, 6, 8}}, 2);
+  for (DType dt : {DType::BF16, DType::F16}) {
+    StatePool pool({{3, 10, 40}, {3, 6, 8}}, 2, dt);
+    EXPECT_EQ(pool.bytes_per_slot() % 64, 0u);
+    EXPECT_LE(pool.bytes_per_slot(), f32.bytes_per_slot() / 2 + 64);
+    EXPECT_THROW(pool.conv_state(0, 0), Error) << "no direct f32 views of 16-bit storage";
+    const int a = pool.acquire(), b = pool.acquire();
+    std::vector<float> in(70), out(70, -1.0f);
+    for (size_t i = 0; i < in.size(); ++i) in[i] = 0.1f * static_cast<float>(i) - 2.0f;
+    pool.write_layer(a, 0, in.data());
+    pool.read_layer(a, 0, out.data());
+    for (size_t i = 0; i < in.size(); ++i) {
+      const float want = dt == DType::BF16 ? bf16_to_f32(f32_to_bf16(in[i])) : f16_to_f32(f32_to_f16(in[i]));
+      EXPECT_EQ(out[i], want) << i;
+    }
+    pool.copy(a, b);
+    std::vector<float> copied(70);
+    pool.read_layer(b, 0, copied.data());
+    EXPECT_EQ(copied, out);
+    pool.read_layer(a, 1, out.data());  // layer 1 untouched: zero
+    for (size_t i = 0; i < 26; ++i) EXPECT_EQ(out[i], 0.0f);
+  }
+  EXPECT_THROW(StatePool({{3, 10, 40}}, 1, DType::I8), Error);
+}
+
 }  // namespace
 }  // namespace hybridlm

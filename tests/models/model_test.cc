@@ -52,7 +52,7 @@ EngineOptions opts(int max_seqs = 4) {
 std::vector<float> cache_contents(Engine& e, int s) {
   HybridCache& c = e.cache();
   const Snapshot snap = c.snapshot(s);
-  std::vector<float> out(snap.state().begin(), snap.state().end());
+  std::vector<float> out(snap.state().begin(), snap.state().end());  // bytes, compared as values
   out.push_back(static_cast<float>(c.seq_length(s)));
   for (size_t l = 0; l < c.layers().size(); ++l) {
     if (!c.layers()[l].has_kv()) continue;
@@ -339,6 +339,37 @@ TEST_P(ModelInvariants, FullKvCacheFailsTheStepAndChangesNothing) {
       EXPECT_NE(std::string(err.what()).find("does not fit the KV cache"), std::string::npos) << err.what();
     }
     EXPECT_EQ(e.cache().seq_length(b), 0);
+  }
+}
+
+TEST_P(ModelInvariants, SixteenBitStateStorageTracksF32) {
+  Engine f32(fixtures() / GetParam(), opts());
+  if (!f32.cache().has_state()) GTEST_SKIP() << "no recurrent state";
+  const int V = f32.vocab_size();
+  const auto prompt = random_ids(23, V, 61), cont = random_ids(8, V, 62);
+  auto run = [&](Engine& e) {
+    const int s = e.new_sequence();
+    std::vector<float> l = e.prefill(s, prompt, true);
+    const auto d = decode_all(e, s, cont);
+    l.insert(l.end(), d.begin(), d.end());
+    e.free_sequence(s);
+    return l;
+  };
+  const std::vector<float> want = run(f32);
+  for (DType dt : {DType::BF16, DType::F16}) {
+    EngineOptions o = opts();
+    o.state_dtype = dt;
+    Engine e(fixtures() / GetParam(), o);
+    EXPECT_LE(e.cache().state_bytes_per_sequence(), f32.cache().state_bytes_per_sequence() / 2 + 64);
+    const std::vector<float> got = run(e);
+    const size_t prompt_logits = prompt.size() * static_cast<size_t>(V);
+    // One prefill step reads only zero state: identical. Decoding reads the rounded state.
+    EXPECT_EQ(std::vector<float>(got.begin(), got.begin() + prompt_logits),
+              std::vector<float>(want.begin(), want.begin() + prompt_logits));
+    EXPECT_LT(rel_err(got.data() + prompt_logits, want.data() + prompt_logits, want.size() - prompt_logits),
+              tol::kStateBf16)
+        << (dt == DType::BF16 ? "bf16" : "f16");
+    EXPECT_NE(got, want) << "16-bit storage should round something";
   }
 }
 

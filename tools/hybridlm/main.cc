@@ -48,6 +48,7 @@ struct ModelFlags {
   std::string mamba2_norm = "grouped";
   int threads = 0;
   int ctx_size = 4096;
+  std::string state_dtype = "f32";
   bool no_mmap = false;
 
   void add(CLI::App* app, bool with_threads = true) {
@@ -59,6 +60,8 @@ struct ModelFlags {
     if (with_threads) app->add_option("-t,--threads", threads, "threads (0 = all cores)");
     app->add_flag("--no-mmap", no_mmap, "read weights into memory instead of mapping the files");
     app->add_option("-c,--ctx-size", ctx_size, "tokens per sequence the KV cache holds (attention layers only)")
+        ->capture_default_str();
+    app->add_option("--state-dtype", state_dtype, "recurrent state storage: f32, bf16 or f16 (half the memory)")
         ->capture_default_str();
   }
   EngineOptions options() const {
@@ -72,6 +75,10 @@ struct ModelFlags {
     o.max_sequences = 1;
     check(ctx_size > 0 && ctx_size <= (1 << 24), "--ctx-size " + std::to_string(ctx_size) + ": must be in [1, 2^24]");
     o.context = ctx_size;
+    if (state_dtype == "f32") o.state_dtype = DType::F32;
+    else if (state_dtype == "bf16") o.state_dtype = DType::BF16;
+    else if (state_dtype == "f16") o.state_dtype = DType::F16;
+    else throw Error("--state-dtype " + state_dtype + ": use f32, bf16 or f16");
     return o;
   }
 };
@@ -240,8 +247,9 @@ int cmd_inspect(const ModelFlags& mf) {
   std::printf("parameters:     %zu (%.1f M)\n", m.param_count(), m.param_count() / 1e6);
   std::printf("weight bytes:   %zu (%s, %s in memory; %s used in place from the mapped files)\n", m.weight_bytes(),
               format_bytes(m.weight_bytes()).c_str(), mf.dtype.c_str(), format_bytes(m.mapped_bytes()).c_str());
-  std::printf("state / seq:    %zu bytes (%s): conv %s + ssm %s, f32\n", conv + ssm,
-              format_bytes(conv + ssm).c_str(), format_bytes(conv).c_str(), format_bytes(ssm).c_str());
+  std::printf("state / seq:    %zu bytes (%s): conv %s + ssm %s, f32 (in the pool: %s at --state-dtype %s)\n",
+              conv + ssm, format_bytes(conv + ssm).c_str(), format_bytes(conv).c_str(), format_bytes(ssm).c_str(),
+              format_bytes(static_cast<double>(engine.cache().state_bytes_per_sequence())).c_str(), mf.state_dtype.c_str());
   if (kv > 0)
     std::printf("kv / token:     %zu bytes (%s), f32\n", kv, format_bytes(static_cast<double>(kv)).c_str());
   else
