@@ -39,7 +39,7 @@ SamplingParams greedy() {
   return p;
 }
 
-const char* kModels[] = {"mamba2_g2", "hybridlm", "hybridlm_var", "jamba", "bamba"};
+const char* kModels[] = {"mamba1", "mamba2_g2", "hybridlm", "hybridlm_var", "jamba", "bamba", "lfm2", "nemotron_h", "granite", "falcon_h1", "zamba2"};
 
 class Generation : public ::testing::TestWithParam<const char*> {};
 
