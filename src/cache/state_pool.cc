@@ -51,13 +51,13 @@ void StatePool::release(int slot) {
 
 void StatePool::reset(int slot) {
   check_live(slot);
-  std::memset(slot_bytes(slot), 0, bytes_per_slot());  // all-zero bits are 0.0 in every dtype
+  if (bytes_per_slot() > 0) std::memset(slot_bytes(slot), 0, bytes_per_slot());  // zero bits = 0.0 in every dtype
 }
 
 void StatePool::copy(int src, int dst) {
   check_live(src);
   check_live(dst);
-  if (src != dst) std::memcpy(slot_bytes(dst), slot_bytes(src), bytes_per_slot());
+  if (src != dst && bytes_per_slot() > 0) std::memcpy(slot_bytes(dst), slot_bytes(src), bytes_per_slot());
 }
 
 uint8_t* StatePool::slot_bytes(int slot) {
