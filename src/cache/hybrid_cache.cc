@@ -32,6 +32,8 @@ class KvPagePool {
       Layer L;
       L.page_floats = 2 * half;
       L.v_offset = half;
+      check(n_pages == 0 || L.page_floats <= (size_t{1} << 40) / static_cast<size_t>(n_pages),
+            "KV cache of " + std::to_string(n_pages) + " pages x " + std::to_string(L.page_floats) + " floats is too large");
       L.data.reset(static_cast<float*>(std::calloc(std::max<size_t>(1, L.page_floats * n_pages), sizeof(float))));
       check(L.data != nullptr, "cannot allocate the KV cache (" + std::to_string(n_pages) + " pages)");
       layers_.push_back(std::move(L));
@@ -200,6 +202,7 @@ void HybridCache::restore(int seq, const Snapshot& snap) {
   s.pages = snap.pages_;
   s.length = snap.length_;
   s.kept.clear();
+  s.failed = false;
   std::copy(snap.state_.begin(), snap.state_.end(), states_.slot_bytes(seq));
 }
 
@@ -269,29 +272,62 @@ int HybridCache::seq_length(int seq) const {
   return seqs_[seq].length;
 }
 
+// The page that receives a sequence's next token, if it is a partly filled one.
+static int32_t write_page(const std::vector<int32_t>& pages, int length, int block) {
+  if (length % block == 0) return -1;
+  return pages[static_cast<size_t>(length / block)];
+}
+
 void HybridCache::prepare(std::span<const BatchRun> runs) {
-  int64_t need = 0;
   for (const BatchRun& r : runs) {
     check_live(r.seq);
+    check(!seqs_[r.seq].failed, "sequence " + std::to_string(r.seq) +
+                                    " was left inconsistent by a failed step; reset or restore it first");
     check(r.len >= 0, "batch run of " + std::to_string(r.len) + " tokens");
-    need += pages_needed(r.seq, r.len);
   }
+  if (!has_kv_) return;
+  // New pages, plus copies of shared partly filled pages: m runs writing into a page with r
+  // references copy it min(m, r - 1) times (the last holder in the batch keeps the original).
+  int64_t need = 0;
+  std::vector<std::pair<int32_t, int>> writers;  // (page, runs writing into it)
+  for (const BatchRun& r : runs) {
+    if (r.len == 0) continue;
+    const Seq& s = seqs_[r.seq];
+    const int64_t pages_after = (static_cast<int64_t>(s.length) + r.len + block_size_ - 1) / block_size_;
+    need += std::max<int64_t>(0, pages_after - static_cast<int64_t>(s.pages.size()));
+    const int32_t p = write_page(s.pages, s.length, block_size_);
+    if (p < 0 || pages_->refcount(p) < 2) continue;
+    auto it = std::find_if(writers.begin(), writers.end(), [&](const auto& w) { return w.first == p; });
+    if (it == writers.end()) writers.push_back({p, 1});
+    else ++it->second;
+  }
+  for (const auto& [p, m] : writers) need += std::min(m, pages_->refcount(p) - 1);
   if (need > pages_->free_count())
     throw Error("KV cache full: this step needs " + std::to_string(need) + " more pages of " +
                 std::to_string(block_size_) + " tokens, " + std::to_string(pages_->free_count()) + " of " +
                 std::to_string(pages_->total()) + " are free (raise the context or KV pages)");
-  if (!has_kv_) return;
   for (const BatchRun& r : runs) {
     if (r.len == 0) continue;
     Seq& s = seqs_[r.seq];
-    if (s.length % block_size_ != 0 && pages_->refcount(s.pages.back()) > 1) {
+    if (const int32_t p = write_page(s.pages, s.length, block_size_); p >= 0 && pages_->refcount(p) > 1) {
       const int fresh = pages_->alloc();
-      pages_->copy(s.pages.back(), fresh);
-      pages_->unref(s.pages.back());
-      s.pages.back() = fresh;
+      pages_->copy(p, fresh);
+      pages_->unref(p);
+      s.pages[static_cast<size_t>(s.length / block_size_)] = fresh;
     }
     const size_t pages_after = (static_cast<size_t>(s.length) + r.len + block_size_ - 1) / block_size_;
     while (s.pages.size() < pages_after) s.pages.push_back(pages_->alloc());
+  }
+}
+
+void HybridCache::fail_step(std::span<const BatchRun> runs) {
+  for (const BatchRun& r : runs) {
+    if (!states_.is_live(r.seq)) continue;
+    Seq& s = seqs_[r.seq];
+    const size_t keep = (static_cast<size_t>(s.length) + block_size_ - 1) / block_size_;
+    for (size_t i = keep; i < s.pages.size(); ++i) pages_->unref(s.pages[i]);
+    if (s.pages.size() > keep) s.pages.resize(keep);
+    s.failed = true;
   }
 }
 
@@ -300,9 +336,9 @@ int64_t HybridCache::pages_needed(int seq, int64_t more) const {
   if (!has_kv_ || more <= 0) return 0;
   const Seq& s = seqs_[seq];
   const int64_t pages_after = (static_cast<int64_t>(s.length) + more + block_size_ - 1) / block_size_;
-  int64_t need = pages_after - static_cast<int64_t>(s.pages.size());
+  int64_t need = std::max<int64_t>(0, pages_after - static_cast<int64_t>(s.pages.size()));
   // The page that receives the next token is written: a shared one is copied first.
-  if (s.length % block_size_ != 0 && pages_->refcount(s.pages.back()) > 1) ++need;
+  if (const int32_t p = write_page(s.pages, s.length, block_size_); p >= 0 && pages_->refcount(p) > 1) ++need;
   return need;
 }
 

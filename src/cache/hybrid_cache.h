@@ -109,6 +109,9 @@ class HybridCache {
   // everything first and changes nothing when it throws (KV pool exhausted, dead sequence).
   void prepare(std::span<const BatchRun> runs);
   void commit(std::span<const BatchRun> runs);  // lengths += len
+  // A step that threw after prepare (out of memory mid-layer): give back the pages it took and
+  // mark its sequences failed (their recurrent state may be part-advanced) until reset / restore.
+  void fail_step(std::span<const BatchRun> runs);
   // Free pages that `more` further tokens of seq would take (including un-sharing its last page).
   int64_t pages_needed(int seq, int64_t more) const;
   // One layer's recurrent state of the runs' sequences, as f32 the model can update in place:
@@ -138,6 +141,7 @@ class HybridCache {
     std::vector<int32_t> pages;
     int length = 0;
     std::vector<Snapshot> kept;
+    bool failed = false;
   };
   void check_live(int seq) const;
   void release_pages(Seq& s);

@@ -144,8 +144,12 @@ int64_t TensorInfo::numel() const {
   return n;
 }
 
-void TensorInfo::to_f32(float* out) const {
-  const size_t n = static_cast<size_t>(numel());
+void TensorInfo::to_f32(float* out) const { to_f32(out, 0, static_cast<size_t>(numel())); }
+
+void TensorInfo::to_f32(float* out, size_t first, size_t n) const {
+  check(first <= static_cast<size_t>(numel()) && n <= static_cast<size_t>(numel()) - first,
+        file + ": tensor '" + name + "': element range out of bounds");
+  const uint8_t* data = this->data + first * dtype_size(dtype);
   // Data in the mapping may be unaligned (offsets are arbitrary), so every read is a memcpy.
   switch (dtype) {
     case DType::F32:

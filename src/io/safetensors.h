@@ -28,6 +28,8 @@ struct TensorInfo {
   int64_t numel() const;
   // Converts to f32 (from F32, F16, BF16 or F64); throws Error naming the tensor for other dtypes.
   void to_f32(float* out) const;
+  // Elements [first, first + n) only.
+  void to_f32(float* out, size_t first, size_t n) const;
 };
 
 class SafetensorsFile {

@@ -117,6 +117,30 @@ void Model::forward(const KernelContext& ctx, std::span<const int32_t> tokens, s
   for (int row : logit_rows) check(row >= 0 && row < T, "logit row " + std::to_string(row) + " out of range");
   if (T == 0) return;
   cache.prepare(runs);  // KV pages for the new tokens; throws (changing nothing) when full
+  try {
+    forward_layers(ctx, tokens, runs, cache, sc);
+  } catch (...) {
+    cache.fail_step(runs);  // only an internal failure (out of memory) gets here
+    throw;
+  }
+  cache.commit(runs);
+  // logits: (rows, V) = rmsnorm(h[rows]) @ lm_head^T (or the tied embedding table)
+  const int R = static_cast<int>(logit_rows.size());
+  if (R == 0) return;
+  sc.rows.resize(static_cast<size_t>(R) * H);
+  for (int i = 0; i < R; ++i)
+    std::copy_n(sc.h.data() + static_cast<size_t>(logit_rows[i]) * H, H, sc.rows.data() + static_cast<size_t>(i) * H);
+  cpu::rmsnorm(ctx, sc.rows.data(), norm_f_.data(), R, H, cfg_.norm_eps, sc.rows.data());
+  const Matrix& head = cfg_.tie_embeddings ? embedding_ : lm_head_;
+  cpu::matmul(ctx, head.view(), nullptr, sc.rows.data(), R, logits);
+  if (cfg_.logits_multiplier != 1.0f)
+    for (size_t i = 0; i < static_cast<size_t>(R) * cfg_.vocab_size; ++i) logits[i] *= cfg_.logits_multiplier;
+}
+
+void Model::forward_layers(const KernelContext& ctx, std::span<const int32_t> tokens, std::span<const BatchRun> runs,
+                           HybridCache& cache, ForwardScratch& sc) const {
+  const int T = static_cast<int>(tokens.size());
+  const int H = cfg_.d_model;
 
   sc.h.resize(static_cast<size_t>(T) * H);
   sc.xn.resize(static_cast<size_t>(T) * H);
@@ -187,18 +211,6 @@ void Model::forward(const KernelContext& ctx, std::span<const int32_t> tokens, s
       for (size_t i = 0; i < sc.h.size(); ++i) sc.h[i] += rm * sc.mix[i];
     }
   }
-  cache.commit(runs);
-  // logits: (rows, V) = rmsnorm(h[rows]) @ lm_head^T (or the tied embedding table)
-  const int R = static_cast<int>(logit_rows.size());
-  if (R == 0) return;
-  sc.rows.resize(static_cast<size_t>(R) * H);
-  for (int i = 0; i < R; ++i)
-    std::copy_n(sc.h.data() + static_cast<size_t>(logit_rows[i]) * H, H, sc.rows.data() + static_cast<size_t>(i) * H);
-  cpu::rmsnorm(ctx, sc.rows.data(), norm_f_.data(), R, H, cfg_.norm_eps, sc.rows.data());
-  const Matrix& head = cfg_.tie_embeddings ? embedding_ : lm_head_;
-  cpu::matmul(ctx, head.view(), nullptr, sc.rows.data(), R, logits);
-  if (cfg_.logits_multiplier != 1.0f)
-    for (size_t i = 0; i < static_cast<size_t>(R) * cfg_.vocab_size; ++i) logits[i] *= cfg_.logits_multiplier;
 }
 
 }  // namespace hybridlm

@@ -73,6 +73,9 @@ class Model {
                HybridCache& cache, std::span<const int> logit_rows, float* logits, ForwardScratch& scratch) const;
 
  private:
+  // The embedding and every layer: h (T, H) in scratch. May write recurrent state and KV rows.
+  void forward_layers(const KernelContext& ctx, std::span<const int32_t> tokens, std::span<const BatchRun> runs,
+                      HybridCache& cache, ForwardScratch& scratch) const;
   HybridConfig cfg_;
   Matrix embedding_;
   Matrix lm_head_;  // empty when tied

@@ -41,14 +41,14 @@ Matrix WeightReader::slice(const TensorInfo& t, int64_t row0, int rows, int cols
     mapped_ += n * dtype_size(want);
     return m;
   }
-  std::vector<float> f(static_cast<size_t>(t.numel()));
-  t.to_f32(f.data());
+  std::vector<float> f(n);
+  t.to_f32(f.data(), first, n);  // only this slice (an expert of a stacked tensor)
   if (dtype_ == WeightDType::BF16) {
     m.dtype = DType::BF16;
     m.bf16.resize(n);
-    for (size_t i = 0; i < n; ++i) m.bf16[i] = f32_to_bf16(f[first + i]);
+    for (size_t i = 0; i < n; ++i) m.bf16[i] = f32_to_bf16(f[i]);
   } else {
-    m.f32.assign(f.begin() + static_cast<std::ptrdiff_t>(first), f.begin() + static_cast<std::ptrdiff_t>(first + n));
+    m.f32 = std::move(f);
   }
   return m;
 }

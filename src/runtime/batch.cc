@@ -119,7 +119,9 @@ std::vector<BeamHypothesis> beam_search(Engine& engine, std::span<const int32_t>
   check(B >= 1 && B <= 256, "--num-beams " + std::to_string(B) + ": must be in [1, 256]");
   check(opt.max_new_tokens >= 1, "beam search needs max new tokens >= 1");
   check(!prompt.empty(), "beam search: empty prompt");
-  const int V = engine.vocab_size();
+  // Candidates (and the softmax) cover the decodable ids only, as generate() masks the rest.
+  const int Vm = engine.vocab_size();
+  const int V = opt.decodable > 0 ? std::min(opt.decodable, Vm) : Vm;
   auto score_of = [&](double logprob, size_t len) {
     return logprob / std::pow(static_cast<double>(len), static_cast<double>(opt.length_penalty));
   };
@@ -140,7 +142,7 @@ std::vector<BeamHypothesis> beam_search(Engine& engine, std::span<const int32_t>
   std::vector<Beam> beams(1);  // before the first token every beam is the prompt: expand one
   std::vector<BeamHypothesis> finished;
   std::vector<std::vector<double>> logp(1);
-  log_softmax(engine.prefill(seqs[0], prompt, false), logp[0]);
+  log_softmax(std::span<const float>(engine.prefill(seqs[0], prompt, false)).first(V), logp[0]);
   std::vector<Candidate> cand;
   std::vector<int32_t> toks;
   std::vector<BatchRun> runs;
@@ -163,7 +165,9 @@ std::vector<BeamHypothesis> beam_search(Engine& engine, std::span<const int32_t>
       std::vector<int32_t> t = beams[c.beam].tokens;
       t.push_back(c.token);
       if (opt.eos_id && c.token == *opt.eos_id) {
-        if (static_cast<int>(finished.size()) < B) finished.push_back({t, c.logprob, score_of(c.logprob, t.size())});
+        // Only an eos ranked among the first num_beams candidates ends a hypothesis.
+        if (static_cast<int>(i) < B && static_cast<int>(finished.size()) < B)
+          finished.push_back({t, c.logprob, score_of(c.logprob, t.size())});
         continue;
       }
       next.push_back({std::move(t), c.logprob});
@@ -190,7 +194,7 @@ std::vector<BeamHypothesis> beam_search(Engine& engine, std::span<const int32_t>
     }
     std::span<const float> l = engine.step(toks, runs, rows);
     logp.resize(next.size());
-    for (size_t i = 0; i < next.size(); ++i) log_softmax(l.subspan(i * V, V), logp[i]);
+    for (size_t i = 0; i < next.size(); ++i) log_softmax(l.subspan(i * Vm, V), logp[i]);
     beams = std::move(next);
   }
   for (Beam& b : beams) finished.push_back({b.tokens, b.logprob, score_of(b.logprob, b.tokens.size())});

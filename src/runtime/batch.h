@@ -33,6 +33,8 @@ struct BeamOptions {
   int max_new_tokens = 32;
   float length_penalty = 1.0f;  // score = logprob / generated_length^length_penalty
   std::optional<int32_t> eos_id;
+  // Ids at or past this are never chosen (the embedding is padded past the tokenizer); 0 = vocab.
+  int32_t decodable = 0;
 };
 
 struct BeamHypothesis {
@@ -41,9 +43,11 @@ struct BeamHypothesis {
   double score = 0;             // logprob / length^length_penalty
 };
 
-// Beam search (deterministic). Needs num_beams free sequences in the engine. Returns up to
-// num_beams hypotheses, best score first; stops when num_beams hypotheses ended with eos or
-// after max_new_tokens.
+// Beam search (deterministic), transformers' rules with early_stopping=True: each step ranks
+// every (beam, token) continuation; an eos candidate ranked within the first num_beams finishes a
+// hypothesis, the best non-eos ones (up to num_beams) continue. Stops when num_beams hypotheses
+// have finished or after max_new_tokens. Needs num_beams free sequences in the engine. Returns up
+// to num_beams hypotheses, best score first.
 std::vector<BeamHypothesis> beam_search(Engine& engine, std::span<const int32_t> prompt, const BeamOptions& opt);
 
 }  // namespace hybridlm

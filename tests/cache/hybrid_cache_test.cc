@@ -280,6 +280,57 @@ TEST(HybridCache, PrepareIsAllOrNothingWhenThePoolIsFull) {
   EXPECT_EQ(c.free_pages(), 1);
 }
 
+TEST(HybridCache, BeamsSharingOnePageNeedOneCopyLess) {
+  // Review finding: 4 beams gathered from one sequence share its half-filled page (refcount 4);
+  // writing one token each takes 3 copies (the last writer keeps the page), not 4.
+  HybridCache c(attention_layers(), opts(4, 16, 4));
+  std::vector<int> seqs;
+  for (int i = 0; i < 4; ++i) seqs.push_back(c.add());
+  append(c, seqs[0], range(1, 11));
+  const std::vector<int> src{0, 0, 0, 0};
+  c.reorder(seqs, src);
+  EXPECT_EQ(c.free_pages(), 3);
+  std::vector<BatchRun> runs;
+  for (int q : seqs) runs.push_back({q, 1});
+  c.prepare(runs);
+  EXPECT_EQ(c.free_pages(), 0);
+  c.commit(runs);
+  for (int q : seqs) EXPECT_EQ(c.seq_length(q), 11);
+}
+
+TEST(HybridCache, AFailedStepReturnsItsPagesAndBlocksTheSequenceUntilRestored) {
+  HybridCache c(hybrid_layers(), opts(2, 4, 16));
+  const int a = c.add();
+  append(c, a, range(1, 6));  // 5 tokens: 2 pages
+  const Snapshot snap = c.snapshot(a);
+  const int free_before = c.free_pages();
+  const BatchRun run{a, 8};
+  c.prepare(std::span(&run, 1));  // 13 tokens: 4 pages
+  c.fail_step(std::span(&run, 1));
+  // The two new pages are returned; the copy of the half-filled page (shared with the snapshot)
+  // stays in the table: same content, now unshared.
+  EXPECT_EQ(c.free_pages(), free_before - 1) << "the step's new pages are returned";
+  EXPECT_EQ(c.seq_length(a), 5);
+  try {
+    c.prepare(std::span(&run, 1));
+    FAIL() << "a failed sequence must not run";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("left inconsistent by a failed step"), std::string::npos) << e.what();
+  }
+  c.restore(a, snap);
+  append(c, a, {6});
+  EXPECT_EQ(c.seq_length(a), 6);
+  // After the failure, a fork writes into the right (shared, partly filled) page: copy-on-write
+  // uses the page of the next token, never a stale trailing one.
+  const int f = c.fork(a);
+  append(c, f, {100});
+  append(c, a, {7});
+  HybridCache ref(hybrid_layers(), opts(2, 4, 16));
+  const int r = ref.add();
+  append(ref, r, {1, 2, 3, 4, 5, 6, 7});
+  EXPECT_EQ(contents(c, a), contents(ref, r));
+}
+
 TEST(HybridCache, PureSsmCountsTokensWithoutPages) {
   HybridCache c({{LayerCacheKind::Mamba, {3, 4, 10}, {}}}, opts(2, 16, 0));
   const int a = c.add();

@@ -122,6 +122,11 @@ TEST_P(Generation, BeamSearchScoresMatchAnIndependentPassAndOneBeamIsGreedy) {
     }
     for (size_t j = 0; j < i; ++j) EXPECT_NE(beams[i].tokens, beams[j].tokens) << "beams must differ";
   }
+  // Ids past the tokenizer are never chosen.
+  BeamOptions limited = bo;
+  limited.decodable = V / 3;
+  for (const BeamHypothesis& h : beam_search(e, prompt, limited))
+    for (int32_t t : h.tokens) EXPECT_LT(t, V / 3);
   // With an end-of-sequence id, finished hypotheses end with it.
   bo.eos_id = beams[0].tokens[2];
   for (const BeamHypothesis& h : beam_search(e, prompt, bo)) {

@@ -124,6 +124,7 @@ int cmd_generate(const ModelFlags& mf, const std::string& prompt, const Generate
     bo.num_beams = num_beams;
     bo.max_new_tokens = std::max(1, gopt.max_new_tokens);
     if (gopt.stop_at_eos) bo.eos_id = gopt.eos_id;
+    bo.decodable = static_cast<int32_t>(std::min<int64_t>(tok.vocab_size(), engine.vocab_size()));
     const auto t0 = std::chrono::steady_clock::now();
     const std::vector<BeamHypothesis> hyps = beam_search(engine, ids, bo);
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -68,7 +68,7 @@ HybridConfig parse_bamba(const JsonKeys& k, NormGrouping mamba2_norm) {
 
   const Mamba2Spec m = read_bamba_mamba(k, H, c.norm_eps, mamba2_norm);
 
-  AttentionSpec a = read_attention(k, H, "num_attention_heads", 32, "num_key_value_heads", "head_dim");
+  AttentionSpec a = read_attention(k, H, "num_attention_heads", 32, "num_key_value_heads", "head_dim", /*kv_default=*/8);
   a.rope_theta = read_rope_theta(k, 10000.0);
   a.rope_dim = rotary_dims(k, "partial_rotary_factor", 0.5, a.head_dim);  // fixed at 0.5 by BambaConfig
   a.qkv_bias = a.o_bias = k.boolean("attention_bias", false);

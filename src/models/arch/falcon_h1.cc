@@ -52,7 +52,8 @@ HybridConfig parse_falcon_h1(const JsonKeys& k, NormGrouping) {
   const double expand = k.number("mamba_expand", 2);
   if (!(expand > 0 && expand * H <= JsonKeys::kMaxDim && expand * H >= 1))
     k.fail("mamba_expand", "mamba_expand x hidden_size must be in [1, 2^22]");
-  m.d_inner = k.positive("mamba_d_ssm", static_cast<int64_t>(expand * H));
+  // FalconH1Config: mamba_d_ssm defaults to 1024; an explicit null means mamba_expand x hidden.
+  m.d_inner = k.is_null("mamba_d_ssm") ? static_cast<int>(expand * H) : k.positive("mamba_d_ssm", 1024);
   m.n_heads = k.positive("mamba_n_heads", 128, 1 << 16);
   if (k.has("mamba_d_head") && !k.raw("mamba_d_head").is_string()) {
     m.head_dim = k.positive("mamba_d_head", 64, 4096);
@@ -80,9 +81,9 @@ HybridConfig parse_falcon_h1(const JsonKeys& k, NormGrouping) {
   const std::vector<double> mup = numbers(k, "ssm_multipliers", 5, 1.0);
   for (int i = 0; i < 5; ++i) m.mup[i] = static_cast<float>(mup[i]);
 
-  AttentionSpec a = read_attention(k, H, "num_attention_heads", 32, "num_key_value_heads", "head_dim");
+  AttentionSpec a = read_attention(k, H, "num_attention_heads", 32, "num_key_value_heads", "head_dim", /*kv_default=*/8);
   a.rope_theta = read_rope_theta(k, 100000.0);
-  a.rope_dim = a.head_dim;
+  a.rope_dim = rotary_dims(k, "head_dim", 1.0, a.head_dim);
   a.qkv_bias = a.o_bias = k.boolean("attention_bias", false);
   a.in_scale = finite(k, "attention_in_multiplier", 1.0);
   a.k_scale = finite(k, "key_multiplier", 1.0);

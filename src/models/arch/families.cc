@@ -39,15 +39,16 @@ HybridConfig read_common_keys(const JsonKeys& k, const CommonDefaults& d) {
 }
 
 AttentionSpec read_attention(const JsonKeys& k, int hidden, const char* heads_key, int heads_default,
-                             const char* kv_key, const char* head_dim_key) {
+                             const char* kv_key, const char* head_dim_key, int kv_default) {
   AttentionSpec a;
   a.n_heads = k.positive(heads_key, heads_default, 4096);
-  a.n_kv_heads = k.positive(kv_key, a.n_heads, 4096);
+  a.n_kv_heads = k.positive(kv_key, kv_default > 0 ? kv_default : a.n_heads, 4096);
   if (a.n_heads % a.n_kv_heads != 0)
     k.fail(kv_key, "must divide " + std::string(heads_key) + " = " + std::to_string(a.n_heads));
   if (!k.has(head_dim_key) && hidden % a.n_heads != 0)
     k.fail(heads_key, "must divide hidden_size = " + std::to_string(hidden) + " (or give " + head_dim_key + ")");
   a.head_dim = k.positive(head_dim_key, hidden / std::max(1, a.n_heads), 1024);
+  if (a.head_dim > 1024) k.fail(heads_key, "gives head_dim " + std::to_string(a.head_dim) + ", above 1024");
   return a;
 }
 

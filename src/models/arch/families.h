@@ -37,8 +37,9 @@ void name_backbone_layers(HybridConfig& c);
 
 // Attention heads read from `heads_key` / `kv_key` (kv defaults to heads), head_dim from
 // `head_dim_key` (default hidden / heads), checked for GQA divisibility and the kernel's caps.
+// kv_default <= 0: the head count.
 AttentionSpec read_attention(const JsonKeys& k, int hidden, const char* heads_key, int heads_default,
-                             const char* kv_key, const char* head_dim_key);
+                             const char* kv_key, const char* head_dim_key, int kv_default = 0);
 // rope_dim from a partial rotary factor in [0, 1] (0 = no positions); must give an even count.
 int rotary_dims(const JsonKeys& k, const char* key, double factor, int head_dim);
 

@@ -37,7 +37,7 @@ HybridConfig parse_granitemoehybrid(const JsonKeys& k, NormGrouping mamba2_norm)
   if (pos != "rope" && pos != "nope") k.fail("position_embedding_type", "use rope, nope or null");
   if (pos == "rope") {
     a.rope_theta = read_rope_theta(k, 10000.0);
-    a.rope_dim = a.head_dim;
+    a.rope_dim = rotary_dims(k, "head_dim", 1.0, a.head_dim);
   }
 
   MlpSpec shared;

@@ -80,11 +80,11 @@ HybridConfig parse_hybridlm(const JsonKeys& k, NormGrouping mamba2_norm) {
   t.attn.qkv_bias = att.boolean("bias", false);
 
   FfnSpec ffn;
-  const int d_ff = static_cast<int>(mlp.integer("intermediate_size", 0));
+  const int64_t d_ff = mlp.integer("intermediate_size", 0);
   if (d_ff < 0 || d_ff > JsonKeys::kMaxDim) mlp.fail("intermediate_size", "must be in [0, 2^22] (0 = no MLP)");
   if (d_ff > 0) {
     ffn.kind = FfnKind::Mlp;
-    ffn.mlp.d_ff = d_ff;
+    ffn.mlp.d_ff = static_cast<int>(d_ff);
     ffn.mlp.act = parse_activation(mlp, "activation");
     ffn.mlp.gated = mlp.boolean("gated", true);
   }

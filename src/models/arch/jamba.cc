@@ -20,10 +20,10 @@ HybridConfig parse_jamba(const JsonKeys& k, NormGrouping) {
   const int H = c.d_model;
   const int n_layers = k.positive("num_hidden_layers", 32, 1 << 14);
   const int attn_period = k.positive("attn_layer_period", 8, 1 << 14);
-  const int attn_offset = static_cast<int>(k.integer("attn_layer_offset", 4));
+  const int64_t attn_offset = k.integer("attn_layer_offset", 4);
   if (attn_offset < 0 || attn_offset >= attn_period) k.fail("attn_layer_offset", "must be in [0, attn_layer_period)");
   const int expert_period = k.positive("expert_layer_period", 2, 1 << 14);
-  const int expert_offset = static_cast<int>(k.integer("expert_layer_offset", 1));
+  const int64_t expert_offset = k.integer("expert_layer_offset", 1);
   if (expert_offset < 0 || expert_offset >= expert_period)
     k.fail("expert_layer_offset", "must be in [0, expert_layer_period)");
   std::vector<bool> attn_layer(n_layers);
@@ -52,7 +52,7 @@ HybridConfig parse_jamba(const JsonKeys& k, NormGrouping) {
   m.dt_bc_rms_weights = true;
   m.dt_bc_rms_eps = c.norm_eps;
 
-  AttentionSpec a = read_attention(k, H, "num_attention_heads", 32, "num_key_value_heads", "head_dim");
+  AttentionSpec a = read_attention(k, H, "num_attention_heads", 32, "num_key_value_heads", "head_dim", /*kv_default=*/8);
   a.rope_dim = 0;  // Jamba has no positional encoding
 
   FfnSpec mlp;

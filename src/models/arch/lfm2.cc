@@ -43,9 +43,9 @@ HybridConfig parse_lfm2(const JsonKeys& k, NormGrouping) {
     }
   }
 
-  AttentionSpec a = read_attention(k, H, "num_attention_heads", 32, "num_key_value_heads", "head_dim");
+  AttentionSpec a = read_attention(k, H, "num_attention_heads", 32, "num_key_value_heads", "head_dim", /*kv_default=*/8);
   a.rope_theta = k.has("theta") ? k.positive_number("theta", 1e6) : read_rope_theta(k, 1e6);
-  a.rope_dim = a.head_dim;
+  a.rope_dim = rotary_dims(k, "head_dim", 1.0, a.head_dim);
   a.qk_norm = true;
   a.qk_norm_eps = c.norm_eps;
   a.o_name = "out_proj";
@@ -57,7 +57,8 @@ HybridConfig parse_lfm2(const JsonKeys& k, NormGrouping) {
   conv.bias = k.boolean("conv_bias", false);
 
   // The MLP width, as Lfm2MLP computes it.
-  int64_t F = k.positive(k.has("intermediate_size") ? "intermediate_size" : "block_ff_dim", 12288);
+  const char* ff_key = k.has("intermediate_size") || !k.has("block_ff_dim") ? "intermediate_size" : "block_ff_dim";
+  int64_t F = k.positive(ff_key, 12288);
   if (k.boolean("block_auto_adjust_ff_dim", true)) {
     F = static_cast<int64_t>(2.0 * static_cast<double>(F) / 3.0);
     if (!k.is_null("block_ffn_dim_multiplier")) {  // default 1.0; an explicit null skips the rounding
@@ -68,7 +69,7 @@ HybridConfig parse_lfm2(const JsonKeys& k, NormGrouping) {
       F = multiple * ((F + multiple - 1) / multiple);
     }
   }
-  if (F < 1 || F > JsonKeys::kMaxDim) k.fail("intermediate_size", "gives an MLP width of " + std::to_string(F));
+  if (F < 1 || F > JsonKeys::kMaxDim) k.fail(ff_key, "gives an MLP width of " + std::to_string(F));
   FfnSpec mlp;
   mlp.kind = FfnKind::Mlp;
   mlp.mlp.d_ff = static_cast<int>(F);

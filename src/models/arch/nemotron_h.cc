@@ -16,10 +16,8 @@ namespace hybridlm {
 
 namespace {
 
-// The int key under either of two spellings (transformers 5 / hub configs).
-int positive_either(const JsonKeys& k, const char* a, const char* b, int64_t def, int64_t max = JsonKeys::kMaxDim) {
-  return k.has(a) || !k.has(b) ? k.positive(a, def, max) : k.positive(b, def, max);
-}
+// The key of the two spellings (transformers 5 / hub configs) that the config uses.
+const char* either(const JsonKeys& k, const char* a, const char* b) { return k.has(a) || !k.has(b) ? a : b; }
 
 }  // namespace
 
@@ -63,10 +61,11 @@ HybridConfig parse_nemotron_h(const JsonKeys& k, NormGrouping) {
   if (static_cast<int64_t>(m.n_heads) * m.head_dim > JsonKeys::kMaxDim)
     k.fail("mamba_num_heads", "mamba_num_heads x mamba_head_dim must be at most 2^22");
   m.d_state = k.positive("ssm_state_size", 128, 4096);
-  m.n_groups = positive_either(k, "n_groups", "mamba_n_groups", 8, 1024);
-  if (m.n_heads % m.n_groups != 0) k.fail("n_groups", "must divide mamba_num_heads = " + std::to_string(m.n_heads));
-  m.d_conv = positive_either(k, "conv_kernel", "mamba_d_conv", 4, 64);
-  m.chunk_size = positive_either(k, "chunk_size", "mamba_chunk_size", 128, 1 << 16);
+  const char* groups_key = either(k, "n_groups", "mamba_n_groups");
+  m.n_groups = k.positive(groups_key, 8, 1024);
+  if (m.n_heads % m.n_groups != 0) k.fail(groups_key, "must divide mamba_num_heads = " + std::to_string(m.n_heads));
+  m.d_conv = k.positive(either(k, "conv_kernel", "mamba_d_conv"), 4, 64);
+  m.chunk_size = k.positive(either(k, "chunk_size", "mamba_chunk_size"), 128, 1 << 16);
   m.proj_bias = k.boolean("use_bias", false);
   m.conv_bias = k.has("use_conv_bias") || !k.has("mamba_conv_bias") ? k.boolean("use_conv_bias", true)
                                                                      : k.boolean("mamba_conv_bias", true);
@@ -76,7 +75,7 @@ HybridConfig parse_nemotron_h(const JsonKeys& k, NormGrouping) {
   if (k.string("mamba_hidden_act", "silu") != "silu") k.fail("mamba_hidden_act", "only silu is supported");
 
   AttentionSpec a = read_attention(k, H, "num_attention_heads", 32, "num_key_value_heads",
-                                   k.has("head_dim") ? "head_dim" : "attention_head_dim");
+                                   k.has("head_dim") ? "head_dim" : "attention_head_dim", /*kv_default=*/8);
   a.rope_dim = 0;  // no positional encoding
   a.qkv_bias = a.o_bias = k.boolean("attention_bias", false);
 

@@ -13,6 +13,7 @@
 // self_attn.{q,k,v,o}_proj, self_attn.linear_{q,k,v}_adapter_list.A.{0,1},
 // feed_forward.{gate_up_proj, down_proj}, feed_forward.gate_up_proj_adapter_list.A.{0,1}}.weight
 // stored under the first hybrid layer L of each block | final_layernorm.weight.
+#include <algorithm>
 #include <cmath>
 
 #include "base/error.h"
@@ -83,7 +84,7 @@ HybridConfig parse_zamba2(const JsonKeys& k, NormGrouping) {
     if (k.boolean("use_long_context", false))
       theta *= std::pow(8.0, static_cast<double>(a.head_dim) / (a.head_dim - 2));
     a.rope_theta = static_cast<float>(theta);
-    a.rope_dim = a.head_dim;
+    a.rope_dim = rotary_dims(k, "num_attention_heads", 1.0, a.head_dim);
   }
   st.mlp.d_ff = k.positive("intermediate_size", 4 * int64_t{H});
   st.mlp.fused = true;
@@ -110,7 +111,8 @@ HybridConfig parse_zamba2(const JsonKeys& k, NormGrouping) {
     }
     c.blocks.push_back(b);
   }
-  if (j == 0) st.n_blocks = 0;  // no hybrid layer uses a shared block
+  // transformers builds min(num_mem_blocks, hybrid layers) blocks; none without hybrid layers.
+  st.n_blocks = std::min(st.n_blocks, j);
   c.embedding_name = "model.embed_tokens.weight";
   c.final_norm_name = "model.final_layernorm.weight";
   return c;
