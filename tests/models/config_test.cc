@@ -148,6 +148,7 @@ TEST(Config, JambaPatternFromPeriodsAndLayerTypeSpellings) {
   EXPECT_NE(error_of(j).find("num_experts_per_tok = 5: must be at most num_experts"), std::string::npos);
   j = base;
   j.erase("num_key_value_heads");  // JambaConfig's default is 8, not the head count
+  j["num_attention_heads"] = 16;
   EXPECT_EQ(parse_config(j, "config.json").blocks[2].attn.n_kv_heads, 8);
   j = base;
   j["num_experts"] = 1;  // one expert: every feed-forward is the dense MLP
