@@ -1,6 +1,10 @@
 #include "runtime/engine.h"
 
+#include <sys/mman.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <algorithm>
 #include <cmath>
@@ -47,6 +51,7 @@ Engine::Engine(const std::filesystem::path& dir, const EngineOptions& opt)
   co.context = opt.context;
   co.state_dtype = opt.state_dtype;
   cache_ = std::make_unique<HybridCache>(specs, co);
+  if (opt.mlock && mlockall(MCL_CURRENT) != 0) mlock_error_ = std::strerror(errno);
 }
 
 std::span<const float> Engine::step(std::span<const int32_t> tokens, std::span<const BatchRun> runs,

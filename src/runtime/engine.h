@@ -25,6 +25,7 @@ struct EngineOptions {
   int block_size = 16;    // tokens per KV page
   int kv_pages = 0;       // 0 = max_sequences x context / block_size
   DType state_dtype = DType::F32;  // recurrent state storage: F32, BF16 or F16
+  bool mlock = false;  // lock the loaded weights (and everything else mapped now) in RAM
 };
 
 class Engine {
@@ -35,6 +36,8 @@ class Engine {
   HybridCache& cache() { return *cache_; }
   int vocab_size() const { return model_.config().vocab_size; }
   int threads() const { return pool_.size(); }
+  // With EngineOptions::mlock: whether locking succeeded ("" if so, else the reason).
+  const std::string& mlock_error() const { return mlock_error_; }
 
   int new_sequence() { return cache_->add(); }
   void free_sequence(int seq) { cache_->remove(seq); }
@@ -55,6 +58,7 @@ class Engine {
   std::unique_ptr<HybridCache> cache_;
   ForwardScratch scratch_;
   std::vector<float> logits_;
+  std::string mlock_error_;
 };
 
 struct GenerateOptions {

@@ -101,7 +101,8 @@ try:
     rows = json.loads(out) if rc == 0 else []
 except ValueError:
     rows = []
-keys_ok = all(all(k in r for k in ["test", "threads", "batch", "tokens_per_second", "stddev"]) for r in rows)
+keys_ok = all(all(k in r for k in ["test", "threads", "batch", "tokens_per_second", "stddev", "peak_rss_bytes"])
+              for r in rows)
 check("bench --json rows for pp16 and tg4", [r.get("test") for r in rows] == ["pp16", "tg4"] and keys_ok and
       rows[1]["batch"] == 3 and rows[0]["threads"] == 2 and all(r["tokens_per_second"] > 0 for r in rows), out + err)
 
@@ -154,6 +155,11 @@ for preset in ["hybridlm-tiny", "jamba-tiny", "bamba-tiny", "granite-h-tiny", "n
     want = int(out2.split("parameters:")[1].split()[0]) if rc2 == 0 else -1
     check(f"plan's parameter count equals the loader's ({preset})", rc == 0 and json.loads(out)["parameters"] == want,
           out + out2)
+rc, out, err = run("generate", "-m", os.path.join(scratch, "jamba-tiny"), "-p", "Once", "-n", "3", "--mlock",
+                   "--state-dtype", "bf16")
+check("generate --mlock --state-dtype bf16 runs and reports peak RSS", rc == 0 and "peak RSS: " in err, out + err)
+expect_error("generate: bad --state-dtype", ["generate", "-m", os.path.join(scratch, "jamba-tiny"), "-p", "x",
+                                             "--state-dtype", "f8"], 1, "--state-dtype f8: use f32, bf16 or f16")
 expect_error("generate: prompt + -n beyond --ctx-size on an attention model",
              ["generate", "-m", os.path.join(scratch, "jamba-tiny"), "-p", "Once upon a time", "-n", "100",
               "--ctx-size", "50"], 1, "exceeds --ctx-size 50")

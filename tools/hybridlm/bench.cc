@@ -17,6 +17,7 @@
 
 #include "base/error.h"
 #include "base/thread_pool.h"
+#include "tools/hybridlm/format.h"
 #include "kernels/cpu/cpu_features.h"
 
 namespace hybridlm {
@@ -101,6 +102,8 @@ int run_bench(const BenchOptions& o) {
   eo.max_sequences = o.batch;
   eo.context = std::max(eo.context, o.prompt_tokens + o.gen_tokens + 1);
   Engine engine(o.model_dir, eo);
+  if (!engine.mlock_error().empty())
+    std::fprintf(stderr, "warning: --mlock failed (%s): weights may be paged out\n", engine.mlock_error().c_str());
   const Model& m = engine.model();
   const HybridConfig& c = m.config();
   const int V = engine.vocab_size();
@@ -173,10 +176,10 @@ int run_bench(const BenchOptions& o) {
       std::printf(
           "  {\"model\": \"%s\", \"family\": \"%s\", \"dtype\": \"%s\", \"test\": \"%s\", \"threads\": %d, "
           "\"batch\": %d, \"tokens_per_second\": %.3f, \"stddev\": %.3f, \"%s\": %.2f, \"%s\": %.2f, "
-          "\"weight_bytes\": %zu}%s\n",
+          "\"weight_bytes\": %zu, \"peak_rss_bytes\": %.0f}%s\n",
           o.model_dir.c_str(), c.family.c_str(), dtype.c_str(), r.test.c_str(), engine.threads(), pp ? 1 : o.batch,
           r.tps.mean, r.tps.sd, pp ? "gflops" : "gbps", r.rate, pp ? "peak_gflops" : "peak_gbps", pp ? peak : bw,
-          m.weight_bytes(), i + 1 < rows.size() ? "," : "");
+          m.weight_bytes(), peak_rss_bytes(), i + 1 < rows.size() ? "," : "");
     }
     std::printf("]\n");
     return 0;
@@ -193,6 +196,8 @@ int run_bench(const BenchOptions& o) {
                 r.tps.sd, r.rate, pp ? "GFLOP/s" : "GB/s",
                 base > 0 ? (std::to_string(static_cast<int>(100 * r.rate / base + 0.5)) + "%").c_str() : "-");
   }
+  std::printf("peak RSS: %s (weights %s)\n", format_bytes(peak_rss_bytes()).c_str(),
+              format_bytes(static_cast<double>(m.weight_bytes())).c_str());
   return 0;
 }
 

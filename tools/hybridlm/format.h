@@ -1,6 +1,8 @@
 // Human-readable sizes for the CLI's reports.
 #pragma once
 
+#include <sys/resource.h>
+
 #include <cstdio>
 #include <string>
 
@@ -17,6 +19,13 @@ inline std::string format_bytes(double b) {
   char buf[64];
   std::snprintf(buf, sizeof buf, u ? "%.2f %s" : "%.0f %s", b, units[u]);
   return buf;
+}
+
+// This process's peak resident set size so far (getrusage; Linux reports KiB).
+inline double peak_rss_bytes() {
+  struct rusage u {};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_maxrss) * 1024.0;
 }
 
 }  // namespace hybridlm

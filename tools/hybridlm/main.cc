@@ -49,7 +49,7 @@ struct ModelFlags {
   int threads = 0;
   int ctx_size = 4096;
   std::string state_dtype = "f32";
-  bool no_mmap = false;
+  bool no_mmap = false, mlock = false;
 
   void add(CLI::App* app, bool with_threads = true) {
     app->add_option("-m,--model", dir, "model directory (config.json, *.safetensors, tokenizer.json)")->required();
@@ -59,6 +59,7 @@ struct ModelFlags {
         ->capture_default_str();
     if (with_threads) app->add_option("-t,--threads", threads, "threads (0 = all cores)");
     app->add_flag("--no-mmap", no_mmap, "read weights into memory instead of mapping the files");
+    app->add_flag("--mlock", mlock, "lock the weights in RAM (no paging out; may need a higher RLIMIT_MEMLOCK)");
     app->add_option("-c,--ctx-size", ctx_size, "tokens per sequence the KV cache holds (attention layers only)")
         ->capture_default_str();
     app->add_option("--state-dtype", state_dtype, "recurrent state storage: f32, bf16 or f16 (half the memory)")
@@ -70,6 +71,7 @@ struct ModelFlags {
     check(mamba2_norm == "grouped" || mamba2_norm == "full", "--mamba2-norm " + mamba2_norm + ": use grouped or full");
     o.load.mamba2_norm = mamba2_norm == "full" ? NormGrouping::Full : NormGrouping::Grouped;
     o.load.use_mmap = !no_mmap;
+    o.mlock = mlock;
     check(threads >= 0 && threads <= 1024, "--threads " + std::to_string(threads) + ": must be in [0, 1024]");
     o.threads = threads;
     o.max_sequences = 1;
@@ -82,6 +84,13 @@ struct ModelFlags {
     return o;
   }
 };
+
+// --mlock that the OS refused is a warning, as in llama.cpp: the run still works, just unlocked.
+void report_mlock(const Engine& e) {
+  if (!e.mlock_error().empty())
+    std::fprintf(stderr, "warning: --mlock failed (%s): weights may be paged out (raise RLIMIT_MEMLOCK, ulimit -l)\n",
+                 e.mlock_error().c_str());
+}
 
 Tokenizer load_tokenizer(const std::string& dir) {
   const std::filesystem::path p = std::filesystem::path(dir) / "tokenizer.json";
@@ -111,6 +120,7 @@ int cmd_generate(const ModelFlags& mf, const std::string& prompt, const Generate
   EngineOptions eo = mf.options();
   eo.max_sequences = num_beams;
   Engine engine(mf.dir, eo);
+  report_mlock(engine);
   gopt.eos_id = tok.eos_id() ? tok.eos_id() : engine.model().config().eos_token_id;
   std::vector<int32_t> ids = tok.encode(prompt);
   check(!ids.empty(), "the prompt is empty after tokenization");
@@ -143,6 +153,7 @@ int cmd_generate(const ModelFlags& mf, const std::string& prompt, const Generate
                r.prompt_tokens / std::max(r.prompt_seconds, 1e-9));
   std::fprintf(stderr, "generation: %zu tokens in %.3f s (%.1f tokens/s), stop: %s\n", r.tokens.size(),
                r.generate_seconds, gen_tps, r.stop_reason.c_str());
+  std::fprintf(stderr, "peak RSS: %s\n", format_bytes(peak_rss_bytes()).c_str());
   return 0;
 }
 
@@ -154,6 +165,7 @@ int cmd_score(const ModelFlags& mf, const std::string& prompt, const std::string
   EngineOptions o = mf.options();
   o.context = std::max<int>(o.context, static_cast<int>(std::min<size_t>(ids.size(), 1 << 24)));
   Engine engine(mf.dir, o);
+  report_mlock(engine);
   engine.model().check_tokens(ids);
   check_logits_fit(ids.size(), engine.vocab_size(), "score");
   const int slot = engine.new_sequence();
@@ -178,6 +190,7 @@ int cmd_perplexity(const ModelFlags& mf, const std::string& file, int ctx) {
   EngineOptions o = mf.options();
   o.context = ctx;
   Engine engine(mf.dir, o);
+  report_mlock(engine);
   std::vector<int32_t> ids = tok.encode(text.str(), false);
   check(ids.size() >= 2, file + ": needs at least 2 tokens, has " + std::to_string(ids.size()));
   engine.model().check_tokens(ids);
@@ -230,6 +243,7 @@ int cmd_inspect(const ModelFlags& mf) {
   EngineOptions o = mf.options();
   o.threads = 1;
   Engine engine(mf.dir, o);
+  report_mlock(engine);
   const Model& m = engine.model();
   const HybridConfig& c = m.config();
   size_t conv = 0, ssm = 0, kv = 0;
