@@ -9,6 +9,23 @@
 
 namespace hybridlm {
 
+namespace {
+
+// The engine sequences a call works on, freed when it returns or throws.
+struct Sequences {
+  explicit Sequences(Engine& e) : engine(e) {}
+  ~Sequences() {
+    for (int q : ids) engine.free_sequence(q);
+  }
+  Sequences(const Sequences&) = delete;
+  Sequences& operator=(const Sequences&) = delete;
+  void add() { ids.push_back(engine.new_sequence()); }
+  Engine& engine;
+  std::vector<int> ids;
+};
+
+}  // namespace
+
 std::vector<std::vector<int32_t>> strip_left_padding(const std::vector<std::vector<int32_t>>& ids,
                                                      const std::vector<std::vector<int>>& mask) {
   check(ids.size() == mask.size(), "padded batch: " + std::to_string(ids.size()) + " rows of ids but " +
@@ -39,15 +56,9 @@ std::vector<std::vector<int32_t>> generate_batch(Engine& engine, const std::vect
     check(!p.empty(), "batch generation: an empty prompt");
     engine.model().check_tokens(p);
   }
-  std::vector<int> seqs;
-  struct Release {
-    Engine& e;
-    std::vector<int>& s;
-    ~Release() {
-      for (int q : s) e.free_sequence(q);
-    }
-  } release{engine, seqs};
-  for (size_t b = 0; b < B; ++b) seqs.push_back(engine.new_sequence());
+  Sequences held(engine);
+  for (size_t b = 0; b < B; ++b) held.add();
+  const std::vector<int>& seqs = held.ids;
   std::vector<Sampler> samplers;
   std::vector<std::vector<int32_t>> history;
   for (size_t b = 0; b < B; ++b) {
@@ -125,15 +136,9 @@ std::vector<BeamHypothesis> beam_search(Engine& engine, std::span<const int32_t>
   auto score_of = [&](double logprob, size_t len) {
     return logprob / std::pow(static_cast<double>(len), static_cast<double>(opt.length_penalty));
   };
-  std::vector<int> seqs;
-  struct Release {
-    Engine& e;
-    std::vector<int>& s;
-    ~Release() {
-      for (int q : s) e.free_sequence(q);
-    }
-  } release{engine, seqs};
-  for (int b = 0; b < B; ++b) seqs.push_back(engine.new_sequence());
+  Sequences held(engine);
+  for (int b = 0; b < B; ++b) held.add();
+  std::vector<int>& seqs = held.ids;
 
   struct Beam {
     std::vector<int32_t> tokens;

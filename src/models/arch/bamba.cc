@@ -78,21 +78,14 @@ HybridConfig parse_bamba(const JsonKeys& k, NormGrouping mamba2_norm) {
   mlp.mlp.d_ff = k.positive("intermediate_size", 14336);
   mlp.mlp.bias = k.boolean("mlp_bias", false);
 
-  for (int i = 0; i < n_layers; ++i) {
-    BlockSpec b;
-    const std::string p = "model.layers." + std::to_string(i) + ".";
-    if (attn_layer[i]) {
-      b.mixer = MixerKind::Attention;
-      b.attn = a;
-    } else {
-      b.mixer = MixerKind::Mamba2;
-      b.m2 = m;
-    }
-    b.ffn = mlp;
-    b.names = {p + "input_layernorm.weight", p + (attn_layer[i] ? "self_attn." : "mamba."),
-               p + "pre_ff_layernorm.weight", p + "feed_forward.", ""};
-    c.blocks.push_back(b);
-  }
+  BlockSpec attn, mamba;
+  attn.mixer = MixerKind::Attention;
+  attn.attn = a;
+  mamba.mixer = MixerKind::Mamba2;
+  mamba.m2 = m;
+  attn.ffn = mamba.ffn = mlp;
+  add_layers(c, attn_layer, attn, mamba,
+             {"input_layernorm.weight", "self_attn.", "mamba.", "pre_ff_layernorm.weight", "feed_forward."});
   c.embedding_name = "model.embed_tokens.weight";
   c.final_norm_name = "model.final_layernorm.weight";
   return c;

@@ -103,6 +103,17 @@ void read_time_step_limit(const JsonKeys& k, const char* key, Mamba2Spec& m) {
   if (!(m.dt_min <= m.dt_max) || m.dt_min < 0) k.fail(key, "need 0 <= min <= max");
 }
 
+void add_layers(HybridConfig& c, const std::vector<bool>& attn_layer, const BlockSpec& attn, const BlockSpec& other,
+                const LayerNames& n, const std::function<void(int, const std::string&, BlockSpec&)>& per_layer) {
+  for (size_t i = 0; i < attn_layer.size(); ++i) {
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    BlockSpec b = attn_layer[i] ? attn : other;
+    b.names = {p + n.mixer_norm, p + (attn_layer[i] ? n.attn : n.other), p + n.ffn_norm, p + n.ffn, ""};
+    if (per_layer) per_layer(static_cast<int>(i), p, b);
+    c.blocks.push_back(std::move(b));
+  }
+}
+
 void name_backbone_layers(HybridConfig& c) {
   c.embedding_name = "backbone.embeddings.weight";
   c.final_norm_name = "backbone.norm_f.weight";

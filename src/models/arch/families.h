@@ -2,6 +2,7 @@
 // config keys (with Hugging Face defaults), its weight names and its quirks.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -55,6 +56,21 @@ void read_time_step_limit(const JsonKeys& k, const char* key, Mamba2Spec& m);
 // The mamba_* keys of BambaConfig (shared by granitemoehybrid): Mamba-2 with d_inner =
 // mamba_expand x hidden, mamba_d_head "auto" = d_inner / mamba_n_heads.
 Mamba2Spec read_bamba_mamba(const JsonKeys& k, int hidden, float norm_eps, NormGrouping mamba2_norm);
+
+// The common two-sublayer layout `model.layers.N.{<mixer_norm>, <attention | other mixer>,
+// <ffn_norm>, <ffn>}`: block i is `attn` where attn_layer[i], else `other` (their mixer specs and
+// feed-forwards are templates); names are suffixes after "model.layers.N.". `per_layer` may
+// adjust block i (its layer prefix given) after the template is copied.
+struct LayerNames {
+  const char* mixer_norm;
+  const char* attn;   // attention mixer prefix, e.g. "self_attn."
+  const char* other;  // the other mixer's prefix, e.g. "mamba."
+  const char* ffn_norm;
+  const char* ffn;
+};
+void add_layers(HybridConfig& c, const std::vector<bool>& attn_layer, const BlockSpec& attn, const BlockSpec& other,
+                const LayerNames& names,
+                const std::function<void(int, const std::string&, BlockSpec&)>& per_layer = nullptr);
 
 // Adapters (one file each).
 HybridConfig parse_mamba(const JsonKeys& keys, NormGrouping);

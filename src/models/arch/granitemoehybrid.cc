@@ -64,22 +64,16 @@ HybridConfig parse_granitemoehybrid(const JsonKeys& k, NormGrouping mamba2_norm)
     ffn.mlp = shared;
   }
 
-  for (int i = 0; i < n_layers; ++i) {
-    BlockSpec b;
-    const std::string p = "model.layers." + std::to_string(i) + ".";
-    if (attn_layer[i]) {
-      b.mixer = MixerKind::Attention;
-      b.attn = a;
-    } else {
-      b.mixer = MixerKind::Mamba2;
-      b.m2 = m;
-    }
-    b.ffn = ffn;
-    b.ffn.shared_prefix = p + "shared_mlp.";
-    b.names = {p + "input_layernorm.weight", p + (attn_layer[i] ? "self_attn." : "mamba."),
-               p + "post_attention_layernorm.weight", p + (n_experts > 0 ? "block_sparse_moe." : "shared_mlp."), ""};
-    c.blocks.push_back(b);
-  }
+  BlockSpec attn, mamba;
+  attn.mixer = MixerKind::Attention;
+  attn.attn = a;
+  mamba.mixer = MixerKind::Mamba2;
+  mamba.m2 = m;
+  attn.ffn = mamba.ffn = ffn;
+  add_layers(c, attn_layer, attn, mamba,
+             {"input_layernorm.weight", "self_attn.", "mamba.", "post_attention_layernorm.weight",
+              n_experts > 0 ? "block_sparse_moe." : "shared_mlp."},
+             [](int, const std::string& p, BlockSpec& b) { b.ffn.shared_prefix = p + "shared_mlp."; });
   c.embedding_name = "model.embed_tokens.weight";
   c.final_norm_name = "model.norm.weight";
   return c;

@@ -69,21 +69,14 @@ HybridConfig parse_jamba(const JsonKeys& k, NormGrouping) {
     moe.renormalize = false;
   }
 
-  for (int i = 0; i < n_layers; ++i) {
-    BlockSpec b;
-    const std::string p = "model.layers." + std::to_string(i) + ".";
-    if (attn_layer[i]) {
-      b.mixer = MixerKind::Attention;
-      b.attn = a;
-    } else {
-      b.mixer = MixerKind::Mamba1;
-      b.m1 = m;
-    }
-    b.ffn = i % expert_period == expert_offset ? moe : mlp;
-    b.names = {p + "input_layernorm.weight", p + (attn_layer[i] ? "self_attn." : "mamba."),
-               p + "pre_ff_layernorm.weight", p + "feed_forward.", ""};
-    c.blocks.push_back(b);
-  }
+  BlockSpec attn, mamba;
+  attn.mixer = MixerKind::Attention;
+  attn.attn = a;
+  mamba.mixer = MixerKind::Mamba1;
+  mamba.m1 = m;
+  add_layers(c, attn_layer, attn, mamba,
+             {"input_layernorm.weight", "self_attn.", "mamba.", "pre_ff_layernorm.weight", "feed_forward."},
+             [&](int i, const std::string&, BlockSpec& b) { b.ffn = i % expert_period == expert_offset ? moe : mlp; });
   c.embedding_name = "model.embed_tokens.weight";
   c.final_norm_name = "model.final_layernorm.weight";
   return c;

@@ -77,21 +77,14 @@ HybridConfig parse_lfm2(const JsonKeys& k, NormGrouping) {
   mlp.mlp.up = "w3";
   mlp.mlp.down = "w2";
 
-  for (int i = 0; i < n_layers; ++i) {
-    BlockSpec b;
-    const std::string p = "model.layers." + std::to_string(i) + ".";
-    if (attn_layer[i]) {
-      b.mixer = MixerKind::Attention;
-      b.attn = a;
-    } else {
-      b.mixer = MixerKind::ShortConv;
-      b.conv = conv;
-    }
-    b.ffn = mlp;
-    b.names = {p + "operator_norm.weight", p + (attn_layer[i] ? "self_attn." : "conv."), p + "ffn_norm.weight",
-               p + "feed_forward.", ""};
-    c.blocks.push_back(b);
-  }
+  BlockSpec attn, short_conv;
+  attn.mixer = MixerKind::Attention;
+  attn.attn = a;
+  short_conv.mixer = MixerKind::ShortConv;
+  short_conv.conv = conv;
+  attn.ffn = short_conv.ffn = mlp;
+  add_layers(c, attn_layer, attn, short_conv,
+             {"operator_norm.weight", "self_attn.", "conv.", "ffn_norm.weight", "feed_forward."});
   c.embedding_name = "model.embed_tokens.weight";
   c.final_norm_name = "model.embedding_norm.weight";
   return c;
