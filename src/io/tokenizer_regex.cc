@@ -121,6 +121,8 @@ std::string oniguruma_to_pcre2(std::string_view p, const std::string& where) {
       if ((e == 'p' || e == 'P') && body == "Word") {
         out += e == 'p' ? std::string("[") + kWordChars + "]" : std::string("[^") + kWordChars + "]";
         if (in_class) fail("\\p{Word} inside a character class");
+      } else if (e == 'x' && (body.empty() || body.find_first_not_of("0123456789abcdefABCDEF") != std::string::npos)) {
+        fail("malformed \\x{...} escape");  // found by fuzz_tokenizer_load: std::stoi threw on "\\x{L}"
       } else if (e == 'x' && fold && !in_class && body.size() <= 2) {
         const int v = std::stoi(body, nullptr, 16);
         if (v < 0x80 && is_ascii_letter(static_cast<char>(v))) {

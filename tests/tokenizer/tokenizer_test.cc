@@ -190,6 +190,25 @@ TEST(TokenizerBpe, PathologicalRegexFailsWithAnErrorInsteadOfHanging) {
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 1.0);
 }
 
+TEST(TokenizerBpe, MalformedHexEscapeInASplitRegexIsAnError) {
+  // Found by fuzz_tokenizer_load: "\x{L}" under (?i:...) reached std::stoi, whose
+  // std::invalid_argument escaped as a non-Error exception. Input kept in fuzz/regressions/.
+  for (const char* pattern : {"(?i:\\x{L})", "\\x{}", "[\\x{zz}]"}) {
+    SCOPED_TRACE(pattern);
+    json j = byte_level_tokenizer(kMerges, false);
+    j["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Regex", pattern}}}, {"behavior", "Isolated"}};
+    try {
+      load_json(j);
+      FAIL() << "expected an error";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("malformed \\x{...} escape"), std::string::npos) << e.what();
+    }
+  }
+  json ok = byte_level_tokenizer(kMerges, false);  // valid hex escapes still load
+  ok["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Regex", "(?i:\\x{41})|\\x{1F600}"}}}, {"behavior", "Isolated"}};
+  EXPECT_NO_THROW(load_json(ok));
+}
+
 // ---------------------------------------------------------------------------------------------
 // Added tokens, post-processing, config
 
