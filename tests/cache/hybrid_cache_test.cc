@@ -243,7 +243,7 @@ TEST(HybridCache, ReorderIsAGatherOverStatesAndPages) {
   append(c, s0, {1, 2, 3});
   append(c, s1, {4, 5, 6, 7, 8});
   append(c, s2, {9});
-  const auto c0 = contents(c, s0), c1 = contents(c, s1), c2 = contents(c, s2);
+  const auto c0 = contents(c, s0), c1 = contents(c, s1);
   const std::vector<int> seqs{s0, s1, s2}, src{1, 1, 0};
   c.reorder(seqs, src);
   EXPECT_EQ(contents(c, s0), c1);
@@ -258,7 +258,6 @@ TEST(HybridCache, ReorderIsAGatherOverStatesAndPages) {
   EXPECT_EQ(contents(c, s1), contents(ref, r));
   const std::vector<int> bad{5};
   EXPECT_THROW(c.reorder(seqs, bad), Error);
-  (void)c2;
 }
 
 TEST(HybridCache, PrepareIsAllOrNothingWhenThePoolIsFull) {

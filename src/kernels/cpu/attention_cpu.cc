@@ -102,11 +102,13 @@ void rope(const KernelContext& ctx, float* x, int ld_x, int T, int pos0, int n_h
           float theta) {
   const int half = rot_dim / 2;
   if (half == 0) return;
+  check(rot_dim <= kMaxHeadDim, "rotary dims above " + std::to_string(kMaxHeadDim));
   // Angles in double: positions reach 10^5-10^6, where an f32 angle would be off by ~0.01 rad.
-  std::vector<double> inv_freq(half);
+  // Stack buffers: no allocation per decode step.
+  double inv_freq[kMaxHeadDim / 2];
   for (int j = 0; j < half; ++j) inv_freq[j] = std::pow(static_cast<double>(theta), -2.0 * j / rot_dim);
   parallel(ctx, T, 4, [&](size_t tb, size_t te) {
-    std::vector<float> cs(half), sn(half);
+    float cs[kMaxHeadDim / 2], sn[kMaxHeadDim / 2];
     for (size_t t = tb; t < te; ++t) {
       for (int j = 0; j < half; ++j) {
         const double angle = static_cast<double>(pos0 + static_cast<int>(t)) * inv_freq[j];

@@ -18,10 +18,7 @@ namespace hybridlm {
 
 Mamba2Spec read_bamba_mamba(const JsonKeys& k, int H, float norm_eps, NormGrouping mamba2_norm) {
   Mamba2Spec m;
-  const double expand = k.number("mamba_expand", 2);
-  if (!(expand > 0 && expand * H <= JsonKeys::kMaxDim && expand * H >= 1))
-    k.fail("mamba_expand", "mamba_expand x hidden_size must be in [1, 2^22]");
-  m.d_inner = static_cast<int>(expand * H);
+  m.d_inner = read_expanded(k, "mamba_expand", H);
   m.n_heads = k.positive("mamba_n_heads", 128, 1 << 16);
   if (k.has("mamba_d_head") && k.raw("mamba_d_head").is_string()) {
     if (k.string("mamba_d_head", "auto") != "auto") k.fail("mamba_d_head", "expected an integer or \"auto\"");

@@ -49,11 +49,8 @@ HybridConfig parse_falcon_h1(const JsonKeys& k, NormGrouping) {
   c.logits_multiplier = finite(k, "lm_head_multiplier", 1.0);
 
   Mamba2Spec m;
-  const double expand = k.number("mamba_expand", 2);
-  if (!(expand > 0 && expand * H <= JsonKeys::kMaxDim && expand * H >= 1))
-    k.fail("mamba_expand", "mamba_expand x hidden_size must be in [1, 2^22]");
   // FalconH1Config: mamba_d_ssm defaults to 1024; an explicit null means mamba_expand x hidden.
-  m.d_inner = k.is_null("mamba_d_ssm") ? static_cast<int>(expand * H) : k.positive("mamba_d_ssm", 1024);
+  m.d_inner = k.is_null("mamba_d_ssm") ? read_expanded(k, "mamba_expand", H) : k.positive("mamba_d_ssm", 1024);
   m.n_heads = k.positive("mamba_n_heads", 128, 1 << 16);
   if (k.has("mamba_d_head") && !k.raw("mamba_d_head").is_string()) {
     m.head_dim = k.positive("mamba_d_head", 64, 4096);

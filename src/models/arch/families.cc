@@ -52,6 +52,13 @@ AttentionSpec read_attention(const JsonKeys& k, int hidden, const char* heads_ke
   return a;
 }
 
+int read_expanded(const JsonKeys& k, const char* key, int hidden) {
+  const double expand = k.number(key, 2);
+  if (!(expand > 0 && expand * hidden >= 1 && expand * hidden <= JsonKeys::kMaxDim))
+    k.fail(key, std::string(key) + " x hidden_size must be in [1, 2^22]");
+  return static_cast<int>(expand * hidden);
+}
+
 int rotary_dims(const JsonKeys& k, const char* key, double factor, int head_dim) {
   if (!(factor >= 0 && factor <= 1)) k.fail(key, "must be in [0, 1]");
   const int dims = static_cast<int>(factor * head_dim);

@@ -72,6 +72,9 @@ void add_layers(HybridConfig& c, const std::vector<bool>& attn_layer, const Bloc
                 const LayerNames& names,
                 const std::function<void(int, const std::string&, BlockSpec&)>& per_layer = nullptr);
 
+// d_inner = <key> x hidden (the Mamba expand factor, default 2), checked to lie in [1, 2^22].
+int read_expanded(const JsonKeys& k, const char* key, int hidden);
+
 // Adapters (one file each).
 HybridConfig parse_mamba(const JsonKeys& keys, NormGrouping);
 HybridConfig parse_falcon_mamba(const JsonKeys& keys, NormGrouping);

@@ -45,10 +45,7 @@ HybridConfig parse_hybridlm(const JsonKeys& k, NormGrouping mamba2_norm) {
   const int H = c.d_model;
 
   // Mamba sizes shared by m and m2 blocks.
-  const double expand = ssm.number("expand", 2);
-  if (!(expand > 0 && expand * H <= JsonKeys::kMaxDim && expand * H >= 1))
-    ssm.fail("expand", "expand x hidden_size must be in [1, 2^22]");
-  const int d_inner = static_cast<int>(expand * H);
+  const int d_inner = read_expanded(ssm, "expand", H);
   Mamba1Spec m1;
   m1.d_inner = d_inner;
   m1.d_state = ssm.positive("d_state", 16, 4096);

@@ -34,10 +34,7 @@ HybridConfig parse_jamba(const JsonKeys& k, NormGrouping) {
   }
 
   Mamba1Spec m;
-  const double expand = k.number("mamba_expand", 2);
-  if (!(expand > 0 && expand * H <= JsonKeys::kMaxDim && expand * H >= 1))
-    k.fail("mamba_expand", "mamba_expand x hidden_size must be in [1, 2^22]");
-  m.d_inner = static_cast<int>(expand * H);
+  m.d_inner = read_expanded(k, "mamba_expand", H);
   m.d_state = k.positive("mamba_d_state", 16, 4096);
   m.d_conv = k.positive("mamba_d_conv", 4, 64);
   if (k.has("mamba_dt_rank") && k.raw("mamba_dt_rank").is_string()) {

@@ -12,10 +12,8 @@ namespace hybridlm {
 
 static HybridConfig parse_mamba_common(const JsonKeys& k, bool falcon) {
   HybridConfig c = read_common_keys(k, {/*hidden_size=*/768, /*vocab_size=*/50280, /*tie=*/true, 0, 0, 0});
-  const double expand = k.number("expand", 2);
-  if (!(expand > 0 && expand * c.d_model <= JsonKeys::kMaxDim)) k.fail("expand", "expand x hidden_size must be in [1, 2^22]");
   Mamba1Spec m;
-  m.d_inner = k.positive("intermediate_size", static_cast<int64_t>(expand * c.d_model));
+  m.d_inner = k.positive("intermediate_size", read_expanded(k, "expand", c.d_model));
   m.d_state = k.positive("state_size", 16, 4096);
   m.d_conv = k.positive("conv_kernel", 4, 64);
   if (k.has("time_step_rank") && k.raw("time_step_rank").is_string()) {

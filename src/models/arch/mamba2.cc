@@ -23,9 +23,7 @@ HybridConfig parse_mamba2(const JsonKeys& k, NormGrouping mamba2_norm) {
   m.conv_bias = k.boolean("use_conv_bias", true);
   m.norm_eps = c.norm_eps;
   m.norm_grouping = mamba2_norm;
-  const double expand = k.number("expand", 2);
-  if (!(expand > 0 && expand * c.d_model <= JsonKeys::kMaxDim)) k.fail("expand", "expand x hidden_size must be in [1, 2^22]");
-  m.d_inner = static_cast<int>(expand * c.d_model);
+  m.d_inner = read_expanded(k, "expand", c.d_model);
   const int64_t heads_x_dim = static_cast<int64_t>(m.n_heads) * m.head_dim;
   if (heads_x_dim != m.d_inner)
     k.fail("num_heads", "num_heads x head_dim = " + std::to_string(heads_x_dim) +

@@ -50,10 +50,7 @@ HybridConfig parse_zamba2(const JsonKeys& k, NormGrouping) {
     k.fail("num_hidden_layers", "layers_block_type has " + std::to_string(n_layers) + " entries");
 
   Mamba2Spec m;
-  const double expand = k.number("mamba_expand", 2);
-  if (!(expand > 0 && expand * H <= JsonKeys::kMaxDim && expand * H >= 1))
-    k.fail("mamba_expand", "mamba_expand x hidden_size must be in [1, 2^22]");
-  m.d_inner = static_cast<int>(expand * H);
+  m.d_inner = read_expanded(k, "mamba_expand", H);
   m.n_heads = k.positive("n_mamba_heads", 8, 1 << 16);
   if (m.d_inner % m.n_heads != 0) k.fail("n_mamba_heads", "must divide mamba_expand x hidden_size = " + std::to_string(m.d_inner));
   m.head_dim = m.d_inner / m.n_heads;

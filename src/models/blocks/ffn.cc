@@ -96,10 +96,14 @@ static void top_k_ids(const std::vector<double>& key, int k, std::vector<int>& i
   ids.resize(k);
 }
 
-void route_token(const FfnSpec& s, const float* logits, const float* correction, int* choice, float* weight) {
+void route_token(const FfnSpec& s, const float* logits, const float* correction, int* choice, float* weight,
+                 RouteScratch& rs) {
   const int E = s.n_experts, k = s.top_k;
-  std::vector<double> key(E), p(E);
-  std::vector<int> top;
+  std::vector<double>& key = rs.key;
+  std::vector<double>& p = rs.p;
+  std::vector<int>& top = rs.top;
+  key.resize(E);
+  p.resize(E);
   switch (s.routing) {
     case Routing::SoftmaxTopK:
     case Routing::TopKSoftmax: {
@@ -129,19 +133,24 @@ void route_token(const FfnSpec& s, const float* logits, const float* correction,
       // the best topk_group groups are out.
       const int G = s.n_group, per = E / G;
       if (G > 1) {
-        std::vector<double> group_score(G);
-        for (int g = 0; g < G; ++g) {
-          std::vector<double> v(key.begin() + g * per, key.begin() + (g + 1) * per);
-          std::partial_sort(v.begin(), v.begin() + std::min(2, per), v.end(), std::greater<>());
-          group_score[g] = v[0] + (per > 1 ? v[1] : 0.0);
+        std::vector<double>& group_score = rs.group_score;
+        group_score.resize(G);
+        for (int g = 0; g < G; ++g) {  // the sum of the group's two best keys
+          double best = -INFINITY, second = -INFINITY;
+          for (int e = g * per; e < (g + 1) * per; ++e) {
+            if (key[e] > best) {
+              second = best;
+              best = key[e];
+            } else if (key[e] > second) {
+              second = key[e];
+            }
+          }
+          group_score[g] = best + (per > 1 ? second : 0.0);
         }
-        std::vector<int> keep_groups;
-        top_k_ids(group_score, s.topk_group, keep_groups);
-        std::vector<bool> keep(G, false);
-        for (int g : keep_groups) keep[g] = true;
+        top_k_ids(group_score, s.topk_group, rs.keep_groups);
         // Experts of the other groups score 0 (as transformers masks them), not -inf.
         for (int e = 0; e < E; ++e)
-          if (!keep[e / per]) key[e] = 0.0;
+          if (std::find(rs.keep_groups.begin(), rs.keep_groups.end(), e / per) == rs.keep_groups.end()) key[e] = 0.0;
       }
       top_k_ids(key, k, top);
       double sum = 0;
@@ -168,7 +177,7 @@ void ffn_forward(const KernelContext& ctx, const FfnSpec& s, const FfnWeights& w
     cpu::matmul(ctx, w.router.view(), nullptr, x, T, sc.logits.data());  // (T, E)
     for (int t = 0; t < T; ++t)
       route_token(s, sc.logits.data() + static_cast<size_t>(t) * E, data_or_null(w.correction),
-                  sc.choice.data() + static_cast<size_t>(t) * k, sc.weight.data() + static_cast<size_t>(t) * k);
+                  sc.choice.data() + static_cast<size_t>(t) * k, sc.weight.data() + static_cast<size_t>(t) * k, sc.route);
     std::fill_n(out, static_cast<size_t>(T) * H, 0.0f);
     // Each expert runs once on the rows routed to it (gathered into one GEMM), and its outputs are
     // added back weighted. A token's sum runs over experts in id order whatever the batch holds.

@@ -25,6 +25,12 @@ struct FfnWeights {
   MlpWeights shared;                // when spec.shared.d_ff > 0
 };
 
+// Per-token routing buffers (reused: no allocation per step once warm).
+struct RouteScratch {
+  std::vector<double> key, p, group_score;
+  std::vector<int> top, keep_groups;
+};
+
 struct FfnScratch {
   std::vector<float> a, b, g;     // (rows, F) / (rows, 2F)
   std::vector<float> logits;      // (T, E)
@@ -32,6 +38,7 @@ struct FfnScratch {
   std::vector<float> weight;      // (T, top_k)
   std::vector<int> rows;          // (token, slot) pairs routed to one expert
   std::vector<float> xe, ye, extra;  // gathered inputs, expert outputs, the shared MLP's output
+  RouteScratch route;
 };
 
 FfnWeights load_ffn(const WeightReader& r, const std::string& prefix, const FfnSpec& s, int d_model);
@@ -42,6 +49,7 @@ void ffn_forward(const KernelContext& ctx, const FfnSpec& s, const FfnWeights& w
                  FfnScratch& scratch, float* out);
 
 // The experts (ids) and weights one token's router logits select. Exposed for tests.
-void route_token(const FfnSpec& s, const float* logits, const float* correction, int* choice, float* weight);
+void route_token(const FfnSpec& s, const float* logits, const float* correction, int* choice, float* weight,
+                 RouteScratch& scratch);
 
 }  // namespace hybridlm

@@ -103,14 +103,13 @@ void mamba2_forward(const KernelContext& ctx, const Mamba2Spec& s, const Mamba2W
     cpu::gated_rmsnorm(ctx, sc.y.data(), sc.zxbcdt.data() + z_off, W, w.norm_w.data(), T, I, group, s.norm_eps,
                        sc.g.data());
   } else {
-    // Falcon-H1: g = (norm_w * rmsnorm_groups(y) or y) * silu(z)
-    if (s.gate_norm)
-      for (int t = 0; t < T; ++t)
-        for (int g0 = 0; g0 < I; g0 += group)
-          cpu::rmsnorm(ctx, sc.y.data() + static_cast<size_t>(t) * I + g0, w.norm_w.data() + g0, 1, group, s.norm_eps,
-                       sc.y.data() + static_cast<size_t>(t) * I + g0);
+    // Falcon-H1: g = (norm_w * rmsnorm_groups(y) or y) * silu(z). The groups of y: (T, I) are
+    // contiguous rows of `group` channels, so one weightless rmsnorm over T * I / group rows.
+    if (s.gate_norm) cpu::rmsnorm(ctx, sc.y.data(), nullptr, T * (I / group), group, s.norm_eps, sc.y.data());
     cpu::activation(ctx, Activation::Silu, sc.zxbcdt.data() + z_off, nullptr, W, T, I, sc.g.data());
-    for (size_t i = 0; i < sc.g.size(); ++i) sc.g[i] *= sc.y[i];
+    for (size_t t = 0; t < static_cast<size_t>(T); ++t)
+      for (int i = 0; i < I; ++i)
+        sc.g[t * I + i] *= sc.y[t * I + i] * (s.gate_norm ? w.norm_w[i] : 1.0f);
   }
   // out: (T, H) = g @ out_proj^T
   cpu::matmul(ctx, w.out_proj.view(), data_or_null(w.out_proj_bias), sc.g.data(), T, out);
