@@ -8,6 +8,20 @@ namespace hybridlm::tol {
 constexpr double kMatmulF32 = 2e-5;
 // bf16 weights: both sides read the same bf16 values, so only accumulation order differs.
 constexpr double kMatmulBF16 = 2e-5;
+// q8_0: both sides quantize the activations with the same function and sum the same exact int32
+// block products; only the f32 accumulation of the scaled block sums differs from double.
+constexpr double kMatmulQ8 = 2e-5;
+// q8_0 against the exact f32 product: each code is within half a step (max|block| / 254) of its
+// value, ~0.4% rms of a Gaussian block for weights and activations alike; summed over K random
+// terms the output error stays ~0.5% of the output scale. 2e-2 leaves margin and still fails on
+// any wrong block, scale or sign.
+constexpr double kQ8VsF32 = 2e-2;
+// Whole models with q8_0 weights vs f32 weights (logits, relative to their scale), and q8_0
+// prefill + decode vs one q8_0 forward (the activations entering each matmul differ by f32
+// rounding, which can move a code across a rounding boundary: one step is ~0.4% of a block's
+// largest value).
+constexpr double kQ8Model = 0.1;
+constexpr double kQ8DecodeVsPrefill = 1e-2;
 constexpr double kNorm = 1e-5;
 constexpr double kConv = 1e-5;
 // Scans: exp() of f32 arguments and long recurrences in f32 vs double.

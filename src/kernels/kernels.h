@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "tensor/dtype.h"
+#include "tensor/quant.h"
 
 namespace hybridlm {
 
@@ -17,11 +18,16 @@ struct KernelContext {
   ThreadPool* pool = nullptr;  // nullptr = run on the calling thread
 };
 
-// A weight matrix W: (rows, cols) row-major in f32 or bf16 (W is PyTorch's Linear.weight: (out, in)).
+// A weight matrix W: (rows, cols) row-major (W is PyTorch's Linear.weight: (out, in)) in f32, bf16
+// or q8_0. q8_0 (dtype I8, see tensor/quant.h): `data` holds int8 codes with row stride
+// q8_row_stride(cols) and `scales` one f32 per 32 codes, q8_row_blocks(cols) per row. A q8_0
+// matmul quantizes each activation row to q8_0 too and sums integer block products (as llama.cpp's
+// q8_0 x q8_0 dot): y = sum over blocks of (sum_i qw_i qx_i) * dw * dx.
 struct WeightView {
   DType dtype = DType::F32;
   const void* data = nullptr;
   int rows = 0, cols = 0;
+  const float* scales = nullptr;  // q8_0 only
 };
 
 // Per-layer Mamba-2 dims used by the SSD kernels.
@@ -63,6 +69,7 @@ float silu(float x);
 
 namespace hybridlm::cpu {
 #include "kernels/ops.inc"
-// Which SIMD path runs: "avx512" or "portable". Forced by env HYBRIDLM_CPU_PATH=portable.
+// Which SIMD path runs: "avx512", "avx2" or "portable": the best the CPU has, or the one named by
+// the environment variable HYBRIDLM_CPU_PATH (never one the CPU lacks; tests force each in turn).
 const char* active_path();
 }  // namespace hybridlm::cpu

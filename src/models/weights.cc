@@ -9,7 +9,8 @@ namespace hybridlm {
 WeightDType parse_weight_dtype(const std::string& s) {
   if (s == "f32") return WeightDType::F32;
   if (s == "bf16") return WeightDType::BF16;
-  throw Error("--dtype " + s + ": unsupported (use f32 or bf16)");
+  if (s == "q8_0") return WeightDType::Q8_0;
+  throw Error("--dtype " + s + ": unsupported (use f32, bf16 or q8_0)");
 }
 
 static std::string shape_str(const std::vector<int64_t>& s) {
@@ -32,10 +33,10 @@ Matrix WeightReader::slice(const TensorInfo& t, int64_t row0, int rows, int cols
   Matrix m;
   m.rows = rows;
   m.cols = cols;
-  const DType want = dtype_ == WeightDType::BF16 ? DType::BF16 : DType::F32;
+  const DType want = dtype_ == WeightDType::BF16 ? DType::BF16 : dtype_ == WeightDType::Q8_0 ? DType::I8 : DType::F32;
   const size_t first = static_cast<size_t>(row0) * cols, n = static_cast<size_t>(rows) * cols;
   const uint8_t* at = t.data + first * dtype_size(t.dtype);
-  if (zero_copy_ && t.dtype == want && reinterpret_cast<uintptr_t>(at) % dtype_size(want) == 0) {
+  if (zero_copy_ && want != DType::I8 && t.dtype == want && reinterpret_cast<uintptr_t>(at) % dtype_size(want) == 0) {
     m.dtype = want;
     m.mapped = at;
     mapped_ += n * dtype_size(want);
@@ -43,7 +44,17 @@ Matrix WeightReader::slice(const TensorInfo& t, int64_t row0, int rows, int cols
   }
   std::vector<float> f(n);
   t.to_f32(f.data(), first, n);  // only this slice (an expert of a stacked tensor)
-  if (dtype_ == WeightDType::BF16) {
+  // q8_0 only where a row is whole 64-code steps: a narrow matrix (a LoRA adapter, Mamba-1's
+  // dt_proj with dt_rank 48) would grow with the padding, and is too small to matter; it stays f32.
+  if (dtype_ == WeightDType::Q8_0 && cols % 64 == 0) {
+    m.dtype = DType::I8;
+    const int ld = q8_row_stride(cols), nb = q8_row_blocks(cols);
+    m.q8.resize(static_cast<size_t>(rows) * ld);
+    m.q8_scales.resize(static_cast<size_t>(rows) * nb);
+    for (int r = 0; r < rows; ++r)
+      quantize_q8_0_row(f.data() + static_cast<size_t>(r) * cols, cols, m.q8.data() + static_cast<size_t>(r) * ld,
+                        m.q8_scales.data() + static_cast<size_t>(r) * nb);
+  } else if (dtype_ == WeightDType::BF16) {
     m.dtype = DType::BF16;
     m.bf16.resize(n);
     for (size_t i = 0; i < n; ++i) m.bf16[i] = f32_to_bf16(f[i]);

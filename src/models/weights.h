@@ -1,5 +1,6 @@
 // Weights in memory, converted once at load from the checkpoint's dtype (f32/bf16/f16 on disk) to
-// the compute-side storage: big matrices in the requested --dtype (f32 or bf16), small vectors f32.
+// the compute-side storage: big matrices in the requested --dtype (f32, bf16 or q8_0), small
+// vectors f32.
 #pragma once
 
 #include <cstdint>
@@ -11,8 +12,8 @@
 
 namespace hybridlm {
 
-enum class WeightDType { F32, BF16 };
-// "f32" / "bf16"; throws Error otherwise.
+enum class WeightDType { F32, BF16, Q8_0 };
+// "f32" / "bf16" / "q8_0"; throws Error otherwise.
 WeightDType parse_weight_dtype(const std::string& s);
 
 struct Matrix {
@@ -20,13 +21,19 @@ struct Matrix {
   int rows = 0, cols = 0;
   std::vector<float> f32;
   std::vector<uint16_t> bf16;
+  std::vector<int8_t> q8;          // dtype I8: q8_0 codes, row stride q8_row_stride(cols)
+  std::vector<float> q8_scales;    // and their scales, q8_row_blocks(cols) per row
   // Zero-copy: the weights inside the mapped checkpoint (the model keeps the mapping alive).
   const void* mapped = nullptr;
   WeightView view() const {
+    if (dtype == DType::I8) return {dtype, q8.data(), rows, cols, q8_scales.data()};
     const void* data = mapped ? mapped : dtype == DType::BF16 ? static_cast<const void*>(bf16.data()) : f32.data();
     return {dtype, data, rows, cols};
   }
-  size_t bytes() const { return static_cast<size_t>(rows) * cols * (dtype == DType::BF16 ? 2 : 4); }
+  size_t bytes() const {
+    if (dtype == DType::I8) return q8.size() + q8_scales.size() * sizeof(float);
+    return static_cast<size_t>(rows) * cols * (dtype == DType::BF16 ? 2 : 4);
+  }
 };
 
 // An optional vector (bias, norm weight) as a kernel argument: nullptr when the layer has none.

@@ -4,6 +4,8 @@
 
 #include <cmath>
 #include <complex>
+#include <cstdio>
+#include <cstdlib>
 #include <random>
 #include <vector>
 
@@ -61,6 +63,69 @@ class Kernels : public ::testing::Test {
   KernelContext ref_ctx{};
 };
 
+// A (rows, cols) f32 matrix quantized to q8_0 rows, as the loader stores it.
+struct Q8Matrix {
+  Q8Matrix(const std::vector<float>& w, int rows, int cols)
+      : rows(rows), cols(cols), codes(static_cast<size_t>(rows) * q8_row_stride(cols)),
+        scales(static_cast<size_t>(rows) * q8_row_blocks(cols)) {
+    for (int r = 0; r < rows; ++r)
+      quantize_q8_0_row(w.data() + static_cast<size_t>(r) * cols, cols,
+                        codes.data() + static_cast<size_t>(r) * q8_row_stride(cols),
+                        scales.data() + static_cast<size_t>(r) * q8_row_blocks(cols));
+  }
+  WeightView view() const { return {DType::I8, codes.data(), rows, cols, scales.data()}; }
+  int rows, cols;
+  std::vector<int8_t> codes;
+  std::vector<float> scales;
+};
+
+// The path the test binary runs is the one HYBRIDLM_CPU_PATH names (ctest runs this file once per
+// path), unless the CPU lacks it.
+TEST(CpuPath, EnvironmentSelectsThePath) {
+  const char* env = std::getenv("HYBRIDLM_CPU_PATH");
+  std::printf("cpu path: %s\n", cpu::active_path());
+  if (!env) return;
+  const std::string want = env;
+  __builtin_cpu_init();
+  const bool supported = want == "portable" || (want == "avx2" && __builtin_cpu_supports("avx2")) ||
+                         (want == "avx512" && __builtin_cpu_supports("avx512bw"));
+  if (supported) {
+    EXPECT_EQ(std::string(cpu::active_path()), want);
+  }
+}
+
+TEST(Q8, QuantizeRoundTripsWithinHalfAStep) {
+  // 70 values: two full blocks and a partial third, padded to 128 codes.
+  auto x = randn(70, 9);
+  x[3] = 0.0f;
+  x[40] = -5.0f;  // the largest magnitude of block 1: code -127 exactly
+  std::vector<int8_t> q(q8_row_stride(70), 99);
+  std::vector<float> d(q8_row_blocks(70), -1.0f);
+  ASSERT_EQ(q.size(), 128u);
+  ASSERT_EQ(d.size(), 4u);
+  quantize_q8_0_row(x.data(), 70, q.data(), d.data());
+  EXPECT_EQ(q[40], -127);
+  EXPECT_FLOAT_EQ(d[1], 5.0f / 127.0f);
+  EXPECT_EQ(d[3], 0.0f);  // a block of padding only
+  for (int c = 70; c < 128; ++c) ASSERT_EQ(q[c], 0) << "padding code " << c;
+  std::vector<float> back(70);
+  dequantize_q8_0_row(q.data(), d.data(), 70, back.data());
+  for (int c = 0; c < 70; ++c) {
+    ASSERT_GE(q[c], -127);
+    ASSERT_LE(std::fabs(back[c] - x[c]), 0.5f * d[c / 32] * 1.0001f) << c;
+  }
+  EXPECT_EQ(back[3], 0.0f);
+  // An all-zero block has scale 0 and codes 0; a NaN becomes code 0 (never UB), the rest of its
+  // block is still quantized against the finite values.
+  std::vector<float> z(32, 0.0f);
+  z[5] = std::nanf("");
+  z[6] = 1.0f;
+  quantize_q8_0_row(z.data(), 32, q.data(), d.data());
+  EXPECT_EQ(q[5], 0);
+  EXPECT_EQ(q[6], 127);
+  EXPECT_EQ(q[0], 0);
+}
+
 struct MatmulCase {
   const char* label;
   int T, rows, cols;
@@ -76,19 +141,29 @@ TEST_F(Kernels, MatmulMatchesRef) {
       {"tokens not a multiple of the tile", 17, 33, 64},
   };
   for (const auto& c : cases) {
-    for (DType dt : {DType::F32, DType::BF16}) {
-      SCOPED_TRACE(std::string(c.label) + (dt == DType::BF16 ? " bf16" : " f32"));
+    for (DType dt : {DType::F32, DType::BF16, DType::I8}) {
+      SCOPED_TRACE(std::string(c.label) + " " + (dt == DType::I8 ? "q8_0" : std::string(dtype_name(dt))));
       auto wf = randn(static_cast<size_t>(c.rows) * c.cols, 1, 0.1f);
       std::vector<uint16_t> wb(wf.size());
       for (size_t i = 0; i < wf.size(); ++i) wb[i] = f32_to_bf16(wf[i]);
+      const Q8Matrix wq(wf, c.rows, c.cols);
       WeightView W{dt, dt == DType::BF16 ? static_cast<const void*>(wb.data()) : wf.data(), c.rows, c.cols};
+      if (dt == DType::I8) W = wq.view();
       auto x = randn(static_cast<size_t>(c.T) * c.cols, 2);
       auto bias = randn(c.rows, 3);
       Out y(static_cast<size_t>(c.T) * c.rows), yr(static_cast<size_t>(c.T) * c.rows);
       cpu::matmul(ctx, W, bias.data(), x.data(), c.T, y.data());
       ref::matmul(ref_ctx, W, bias.data(), x.data(), c.T, yr.data());
-      EXPECT_LT(rel_err(y.data(), yr.data(), y.n), dt == DType::BF16 ? tol::kMatmulBF16 : tol::kMatmulF32);
+      EXPECT_LT(rel_err(y.data(), yr.data(), y.n),
+                dt == DType::BF16 ? tol::kMatmulBF16 : dt == DType::I8 ? tol::kMatmulQ8 : tol::kMatmulF32);
       y.expect_guard();
+      if (dt == DType::I8) {
+        // The quantization error itself: q8_0 weights and activations vs the exact f32 product.
+        Out yf(static_cast<size_t>(c.T) * c.rows);
+        ref::matmul(ref_ctx, WeightView{DType::F32, wf.data(), c.rows, c.cols}, bias.data(), x.data(), c.T,
+                    yf.data());
+        EXPECT_LT(rel_err(y.data(), yf.data(), y.n), tol::kQ8VsF32);
+      }
       // Batch invariance: each token alone gives bitwise the same row.
       for (int t = 0; t < c.T; ++t) {
         std::vector<float> one(c.rows);
@@ -286,8 +361,10 @@ TEST_F(Kernels, EmbeddingMatchesRef) {
   std::vector<uint16_t> Eb(E.size());
   for (size_t i = 0; i < E.size(); ++i) Eb[i] = f32_to_bf16(E[i]);
   const int32_t ids[] = {0, 49, 7, 7};
-  for (DType dt : {DType::F32, DType::BF16}) {
+  const Q8Matrix Eq(E, 50, 24);
+  for (DType dt : {DType::F32, DType::BF16, DType::I8}) {
     WeightView W{dt, dt == DType::BF16 ? static_cast<const void*>(Eb.data()) : E.data(), 50, 24};
+    if (dt == DType::I8) W = Eq.view();
     Out o(4 * 24), orf(4 * 24);
     cpu::embedding(W, ids, 4, o.data());
     ref::embedding(W, ids, 4, orf.data());

@@ -3,6 +3,7 @@
 // identical alone and inside a varlen batch; a failed step leaves the state as it was.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <random>
@@ -371,6 +372,43 @@ TEST_P(ModelInvariants, SixteenBitStateStorageTracksF32) {
         << (dt == DType::BF16 ? "bf16" : "f16");
     EXPECT_NE(got, want) << "16-bit storage should round something";
   }
+}
+
+// --dtype q8_0: every weight matrix quantized at load. Logits track the f32 model within the
+// quantization error, and prefill + decode still agree with one full forward.
+TEST_P(ModelInvariants, Q8WeightsTrackF32) {
+  Engine f32(fixtures() / GetParam(), opts());
+  EngineOptions o = opts();
+  o.load.dtype = WeightDType::Q8_0;
+  Engine q8(fixtures() / GetParam(), o);
+  std::printf("%s: weight bytes q8_0 %zu, f32 %zu\n", GetParam(), q8.model().weight_bytes(), f32.model().weight_bytes());
+  EXPECT_LT(q8.model().weight_bytes(), f32.model().weight_bytes() * 3 / 4) << "matrices should be stored as int8";
+  const int T = 19, V = f32.vocab_size();
+  const auto ids = random_ids(T, V, 71);
+  auto full = [&](Engine& e) {
+    const int s = e.new_sequence();
+    std::vector<float> l = e.prefill(s, ids, true);
+    e.free_sequence(s);
+    return l;
+  };
+  const std::vector<float> want = full(f32), got = full(q8);
+  const double err = rel_err(got.data(), want.data(), want.size());
+  std::printf("%s: q8_0 vs f32 logits %.2e\n", GetParam(), err);
+  EXPECT_LT(err, tol::kQ8Model);
+  EXPECT_NE(got, want) << "q8_0 should round something";
+  const int k = 11;
+  const int s = q8.new_sequence();
+  std::vector<float> split = q8.prefill(s, std::span(ids).first(k), true);
+  for (int t = k; t < T; ++t) {
+    const BatchRun run{s, 1};
+    const int row = 0;
+    std::span<const float> l = q8.step(std::span(ids).subspan(t, 1), std::span(&run, 1), std::span(&row, 1));
+    split.insert(split.end(), l.begin(), l.end());
+  }
+  q8.free_sequence(s);
+  const double split_err = rel_err(split.data(), got.data(), got.size());
+  std::printf("%s: q8_0 prefill+decode vs full %.2e\n", GetParam(), split_err);
+  EXPECT_LT(split_err, tol::kQ8DecodeVsPrefill);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, ModelInvariants, ::testing::ValuesIn(kModels));

@@ -167,7 +167,9 @@ int run_bench(const BenchOptions& o) {
     rows.push_back({"tg" + std::to_string(o.gen_tokens), stat_of(tps), stat_of(rate).mean});
   }
 
-  const std::string dtype = o.engine.load.dtype == WeightDType::BF16 ? "bf16" : "f32";
+  const std::string dtype = o.engine.load.dtype == WeightDType::BF16   ? "bf16"
+                            : o.engine.load.dtype == WeightDType::Q8_0 ? "q8_0"
+                                                                        : "f32";
   if (o.json) {
     std::printf("[\n");
     for (size_t i = 0; i < rows.size(); ++i) {

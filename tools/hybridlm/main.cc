@@ -53,7 +53,7 @@ struct ModelFlags {
 
   void add(CLI::App* app, bool with_threads = true) {
     app->add_option("-m,--model", dir, "model directory (config.json, *.safetensors, tokenizer.json)")->required();
-    app->add_option("--dtype", dtype, "weights in memory: f32 or bf16")->capture_default_str();
+    app->add_option("--dtype", dtype, "weights in memory: f32, bf16 or q8_0 (int8 blocks of 32, converted at load)")->capture_default_str();
     app->add_option("--mamba2-norm", mamba2_norm,
                     "Mamba-2 gated norm: grouped (mamba_ssm, llama.cpp) or full (transformers torch path)")
         ->capture_default_str();
@@ -341,7 +341,7 @@ int main(int argc, char** argv) {
   CLI::App* plan = app.add_subcommand("plan", "memory plan from a config: weights, state per sequence, KV per token, max sequences");
   plan->add_option("-m,--model", popt.model_dir, "model directory (reads config.json)");
   plan->add_option("--config", popt.config_file, "a config.json file");
-  plan->add_option("--dtype", popt.dtype, "weights in memory: f32, bf16, f16")->capture_default_str();
+  plan->add_option("--dtype", popt.dtype, "weights in memory: f32, bf16, f16, q8_0")->capture_default_str();
   plan->add_option("--state-dtype", popt.state_dtype, "recurrent state: f32, bf16, f16")->capture_default_str();
   plan->add_option("--kv-dtype", popt.kv_dtype, "attention KV cache: f32, bf16, f16")->capture_default_str();
   plan->add_option("--memory", popt.memory, "memory to plan for, e.g. 16GiB, 24GB")->capture_default_str();

@@ -9,6 +9,7 @@
 #include "base/error.h"
 #include "models/config.h"
 #include "models/plan.h"
+#include "tensor/quant.h"
 #include "tools/hybridlm/format.h"
 
 namespace hybridlm {
@@ -19,6 +20,17 @@ size_t dtype_bytes(const std::string& flag, const std::string& v) {
   if (v == "f32") return 4;
   if (v == "bf16" || v == "f16") return 2;
   throw Error(flag + " " + v + ": use f32, bf16 or f16");
+}
+
+// Bytes per weight-matrix parameter in memory; q8_0 stores 32 int8 codes and an f32 scale per
+// block (rows padded to 64 codes, ignored here).
+double weight_dtype_bytes(const std::string& v) {
+  if (v == "q8_0") return (kQ8Block + 4.0) / kQ8Block;
+  try {
+    return static_cast<double>(dtype_bytes("--dtype", v));
+  } catch (const Error&) {
+    throw Error("--dtype " + v + ": use f32, bf16, f16 or q8_0");
+  }
 }
 
 }  // namespace
@@ -45,7 +57,8 @@ double parse_memory_size(const std::string& s) {
 int run_plan(const PlanOptions& o) {
   check(o.model_dir.empty() != o.config_file.empty(), "give exactly one of -m/--model or --config");
   check(o.context >= 0, "--context must be >= 0");
-  const size_t wbytes = dtype_bytes("--dtype", o.dtype), sbytes = dtype_bytes("--state-dtype", o.state_dtype);
+  const double wbytes = weight_dtype_bytes(o.dtype);
+  const size_t sbytes = dtype_bytes("--state-dtype", o.state_dtype);
   const size_t kvbytes = dtype_bytes("--kv-dtype", o.kv_dtype);
   const double memory = parse_memory_size(o.memory);
   HybridConfig c;
@@ -80,7 +93,7 @@ int run_plan(const PlanOptions& o) {
   }
   const double params = static_cast<double>(param_count(c));
   const double matrix_params = static_cast<double>(matrix_param_count(c));
-  const double weights = matrix_params * static_cast<double>(wbytes) + (params - matrix_params) * 4.0;
+  const double weights = matrix_params * wbytes + (params - matrix_params) * 4.0;
   const double kv_per_token = static_cast<double>(kv_bytes_per_token(c, kvbytes));
   const double per_seq = conv + ssm + kv_per_token * static_cast<double>(o.context);
   const double left = memory - weights;

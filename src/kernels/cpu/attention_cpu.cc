@@ -56,14 +56,7 @@ HYBRIDLM_INLINE void attention_items(const float* q, int ld_q, const PagedKv& kv
     for (int i = 0; i < hd; ++i) o[i] = acc[i] * inv;
   }
 }
-HYBRIDLM_AVX512 void attention_avx512(const float* q, int ld_q, const PagedKv& kv, int pos0, int n_heads,
-                                      float scale, float* out, size_t ib, size_t ie) {
-  attention_items(q, ld_q, kv, pos0, n_heads, scale, out, ib, ie);
-}
-void attention_portable(const float* q, int ld_q, const PagedKv& kv, int pos0, int n_heads, float scale,
-                        float* out, size_t ib, size_t ie) {
-  attention_items(q, ld_q, kv, pos0, n_heads, scale, out, ib, ie);
-}
+HYBRIDLM_SIMD_VARIANTS(attention, attention_items)
 
 HYBRIDLM_INLINE void activation_rows(Activation act, const float* a, const float* b, int ld, int d, float* out,
                                      size_t tb, size_t te) {
@@ -87,14 +80,7 @@ HYBRIDLM_INLINE void activation_rows(Activation act, const float* a, const float
     }
   }
 }
-HYBRIDLM_AVX512 void activation_avx512(Activation act, const float* a, const float* b, int ld, int d, float* out,
-                                       size_t tb, size_t te) {
-  activation_rows(act, a, b, ld, d, out, tb, te);
-}
-void activation_portable(Activation act, const float* a, const float* b, int ld, int d, float* out, size_t tb,
-                         size_t te) {
-  activation_rows(act, a, b, ld, d, out, tb, te);
-}
+HYBRIDLM_SIMD_VARIANTS(activation, activation_rows)
 
 }  // namespace
 
@@ -131,16 +117,14 @@ void attention(const KernelContext& ctx, const float* q, int ld_q, const PagedKv
                float scale, float* out) {
   check(kv.head_dim <= kMaxHeadDim, "attention head_dim above " + std::to_string(kMaxHeadDim));
   parallel(ctx, static_cast<size_t>(T) * n_heads, 2, [&](size_t b, size_t e) {
-    use_avx512() ? attention_avx512(q, ld_q, kv, pos0, n_heads, scale, out, b, e)
-                 : attention_portable(q, ld_q, kv, pos0, n_heads, scale, out, b, e);
+    attention_dispatch(q, ld_q, kv, pos0, n_heads, scale, out, b, e);
   });
 }
 
 void activation(const KernelContext& ctx, Activation act, const float* a, const float* b, int ld, int T, int d,
                 float* out) {
   parallel(ctx, T, 4, [&](size_t tb, size_t te) {
-    use_avx512() ? activation_avx512(act, a, b, ld, d, out, tb, te)
-                 : activation_portable(act, a, b, ld, d, out, tb, te);
+    activation_dispatch(act, a, b, ld, d, out, tb, te);
   });
 }
 

@@ -1,6 +1,6 @@
-// Shared plumbing of the CPU kernel files: the two instantiation attributes (a loop body written
-// once, always_inline, then compiled inside an AVX-512 target function and a portable one) and the
-// split of a range over the thread pool.
+// Shared plumbing of the CPU kernel files: the instantiation attributes (a loop body written once,
+// always_inline, then compiled inside an AVX-512, an AVX2 and a portable target function, the
+// compiler vectorising each for its ISA) and the split of a range over the thread pool.
 #pragma once
 
 #include <cstddef>
@@ -12,6 +12,31 @@
 
 #define HYBRIDLM_INLINE inline __attribute__((always_inline))
 #define HYBRIDLM_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,fma")))
+#define HYBRIDLM_AVX2 __attribute__((target("avx2,fma")))
+
+// Instantiates the always_inline `body` once per SIMD path (name_avx512, name_avx2,
+// name_portable) and defines name_dispatch(args...), which calls the active path's instance.
+#define HYBRIDLM_SIMD_VARIANTS(name, body)                                   \
+  template <class... Args>                                                   \
+  HYBRIDLM_AVX512 void name##_avx512(Args... a) {                            \
+    body(a...);                                                              \
+  }                                                                          \
+  template <class... Args>                                                   \
+  HYBRIDLM_AVX2 void name##_avx2(Args... a) {                                \
+    body(a...);                                                              \
+  }                                                                          \
+  template <class... Args>                                                   \
+  void name##_portable(Args... a) {                                          \
+    body(a...);                                                              \
+  }                                                                          \
+  template <class... Args>                                                   \
+  void name##_dispatch(Args... a) {                                          \
+    switch (simd_path()) {                                                   \
+      case SimdPath::Avx512: name##_avx512(a...); break;                     \
+      case SimdPath::Avx2: name##_avx2(a...); break;                         \
+      default: name##_portable(a...); break;                                 \
+    }                                                                        \
+  }
 
 namespace hybridlm::cpu {
 
@@ -19,7 +44,5 @@ inline void parallel(const KernelContext& ctx, size_t n, size_t grain, const std
   if (ctx.pool) ctx.pool->parallel_for(n, fn, grain);
   else fn(0, n);
 }
-
-inline bool use_avx512() { return simd_path() == SimdPath::Avx512; }
 
 }  // namespace hybridlm::cpu

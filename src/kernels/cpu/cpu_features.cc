@@ -7,14 +7,22 @@
 
 namespace hybridlm::cpu {
 
-static SimdPath detect() {
-  const char* env = std::getenv("HYBRIDLM_CPU_PATH");
-  if (env && std::strcmp(env, "portable") == 0) return SimdPath::Portable;
+static SimdPath best_supported() {
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
       __builtin_cpu_supports("avx512vl"))
     return SimdPath::Avx512;
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return SimdPath::Avx2;
   return SimdPath::Portable;
+}
+
+static SimdPath detect() {
+  const SimdPath best = best_supported();
+  const char* env = std::getenv("HYBRIDLM_CPU_PATH");
+  SimdPath want = best;
+  if (env && std::strcmp(env, "portable") == 0) want = SimdPath::Portable;
+  else if (env && std::strcmp(env, "avx2") == 0) want = SimdPath::Avx2;
+  return static_cast<int>(want) < static_cast<int>(best) ? want : best;
 }
 
 SimdPath simd_path() {
@@ -22,6 +30,20 @@ SimdPath simd_path() {
   return path;
 }
 
-const char* active_path() { return simd_path() == SimdPath::Avx512 ? "avx512" : "portable"; }
+bool has_avx512_vnni() {
+  static const bool vnni = [] {
+    __builtin_cpu_init();
+    return simd_path() == SimdPath::Avx512 && __builtin_cpu_supports("avx512vnni");
+  }();
+  return vnni;
+}
+
+const char* active_path() {
+  switch (simd_path()) {
+    case SimdPath::Avx512: return "avx512";
+    case SimdPath::Avx2: return "avx2";
+    default: return "portable";
+  }
+}
 
 }  // namespace hybridlm::cpu

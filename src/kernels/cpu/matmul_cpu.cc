@@ -1,6 +1,10 @@
-// y = x @ W^T for f32 or bf16 weights. Each output element is one dot product whose summation
-// order depends only on K (16-lane partial sums, then a fixed reduction), never on T or on the
-// tiling, so a token's result is bitwise identical alone or inside any batch.
+// y = x @ W^T for f32, bf16 or q8_0 weights. Each output element is one dot product whose
+// summation order depends only on K and the SIMD path (16-lane partial sums, then a fixed
+// reduction), never on T or on the tiling, so a token's result is bitwise identical alone or
+// inside any batch.
+// Paths: AVX-512 register tiles (q8_0: AVX512_VNNI int8 dot products); the portable loops,
+// compiled once for AVX2 + FMA (the compiler vectorises them with 8 lanes) and once for the
+// baseline ISA.
 // GCC 12 reports its own intrinsics' _mm512_undefined_* placeholders as uninitialized (a known
 // false positive of avx512fintrin.h); silence exactly those two warnings in this file.
 #if defined(__GNUC__) && !defined(__clang__)
@@ -11,8 +15,10 @@
 
 #include <algorithm>
 
+#include <vector>
+
 #include "base/thread_pool.h"
-#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/cpu_common.h"
 #include "kernels/kernels.h"
 
 namespace hybridlm::cpu {
@@ -31,8 +37,8 @@ inline float w_at(const void* W, size_t i) {
 }
 
 template <bool kBf16>
-void rows_portable(const WeightView& W, const float* bias, const float* x, int T, float* y,
-                   int r_begin, int r_end) {
+HYBRIDLM_INLINE void rows_generic(const WeightView& W, const float* bias, const float* x, int T, float* y,
+                                  int r_begin, int r_end) {
   const int K = W.cols;
   for (int r = r_begin; r < r_end; ++r) {
     const size_t wr = static_cast<size_t>(r) * K;
@@ -48,9 +54,17 @@ void rows_portable(const WeightView& W, const float* bias, const float* x, int T
     }
   }
 }
+template <bool kBf16>
+HYBRIDLM_AVX2 void rows_avx2(const WeightView& W, const float* bias, const float* x, int T, float* y, int rb,
+                             int re) {
+  rows_generic<kBf16>(W, bias, x, T, y, rb, re);
+}
+template <bool kBf16>
+void rows_portable(const WeightView& W, const float* bias, const float* x, int T, float* y, int rb, int re) {
+  rows_generic<kBf16>(W, bias, x, T, y, rb, re);
+}
 
 // ---- AVX-512 path: RT tokens x RR rows of 16-lane accumulators --------------------------------
-#define HYBRIDLM_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,fma")))
 
 template <bool kBf16>
 HYBRIDLM_AVX512 inline __m512 load_w16(const void* W, size_t i, __mmask16 m) {
@@ -193,12 +207,218 @@ HYBRIDLM_AVX512 void rows_avx512(const WeightView& W, const float* bias, const f
   for (; r < r_end; ++r) row_tile_avx512<kBf16, 1>(W, bias, x, T, r, y);
 }
 
+// ---- q8_0 weights ----------------------------------------------------------------------------
+// The activations of one call, quantized to q8_0 rows (codes with the weights' row stride).
+struct Q8Acts {
+  const int8_t* codes = nullptr;
+  const float* scales = nullptr;
+  int ld = 0, nb = 0;  // codes and scales per token
+};
+
+// Portable: one dot product at a time, blocks summed in order (exact int32 block sums).
+HYBRIDLM_INLINE void q8_rows_generic(const WeightView& W, const float* bias, const Q8Acts& xa, int T, float* y,
+                                     int r_begin, int r_end) {
+  const int ld = xa.ld, nb = xa.nb;
+  const int8_t* codes = static_cast<const int8_t*>(W.data);
+  for (int r = r_begin; r < r_end; ++r) {
+    const int8_t* wr = codes + static_cast<size_t>(r) * ld;
+    const float* ws = W.scales + static_cast<size_t>(r) * nb;
+    for (int t = 0; t < T; ++t) {
+      const int8_t* xq = xa.codes + static_cast<size_t>(t) * ld;
+      const float* xs = xa.scales + static_cast<size_t>(t) * nb;
+      float acc = 0.0f;
+      for (int b = 0; b < nb; ++b) {
+        int32_t isum = 0;
+        for (int i = b * kQ8Block; i < (b + 1) * kQ8Block; ++i) isum += static_cast<int32_t>(wr[i]) * xq[i];
+        acc += static_cast<float>(isum) * (ws[b] * xs[b]);
+      }
+      y[static_cast<size_t>(t) * W.rows + r] = acc + (bias ? bias[r] : 0.0f);
+    }
+  }
+}
+HYBRIDLM_AVX512 void q8_rows_avx512_novnni(const WeightView& W, const float* bias, const Q8Acts& xa, int T, float* y,
+                                           int rb, int re) {
+  q8_rows_generic(W, bias, xa, T, y, rb, re);
+}
+HYBRIDLM_AVX2 void q8_rows_avx2(const WeightView& W, const float* bias, const Q8Acts& xa, int T, float* y, int rb,
+                                int re) {
+  q8_rows_generic(W, bias, xa, T, y, rb, re);
+}
+void q8_rows_portable(const WeightView& W, const float* bias, const Q8Acts& xa, int T, float* y, int rb, int re) {
+  q8_rows_generic(W, bias, xa, T, y, rb, re);
+}
+
+// AVX512_VNNI: 64 codes (two blocks) per step. vpdpbusd multiplies unsigned by signed bytes, so
+// the activation enters as |x| and its sign moves onto the weight (codes are in [-127, 127]: no
+// overflow). Lanes 0-7 hold block 2c's sums, lanes 8-15 block 2c+1's; each step scales them by
+// dw * dx and adds them to a float accumulator. Every (token, row) pair runs the same instruction
+// sequence in every tile shape.
+#define HYBRIDLM_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,fma")))
+
+// [s[0] x 8, s[1] x 8]
+HYBRIDLM_VNNI HYBRIDLM_INLINE __m512 q8_scale2(const float* s) {
+  const __m512i idx = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+  return _mm512_permutexvar_ps(idx, _mm512_maskz_loadu_ps(0x3, s));
+}
+
+struct Q8X {  // one token's operands for one 64-code step
+  __m512i abs;
+  __mmask64 neg;
+  __m512 scale;
+};
+HYBRIDLM_VNNI HYBRIDLM_INLINE Q8X q8_load_x(const Q8Acts& xa, int t, int c) {
+  const __m512i v = _mm512_loadu_si512(xa.codes + static_cast<size_t>(t) * xa.ld + 64 * c);
+  return {_mm512_abs_epi8(v), _mm512_movepi8_mask(v), q8_scale2(xa.scales + static_cast<size_t>(t) * xa.nb + 2 * c)};
+}
+HYBRIDLM_VNNI HYBRIDLM_INLINE void q8_mac(__m512& acc, __m512i w, __m512 w_scale, const Q8X& x) {
+  const __m512i ws = _mm512_mask_sub_epi8(w, x.neg, _mm512_setzero_si512(), w);
+  const __m512i d = _mm512_dpbusd_epi32(_mm512_setzero_si512(), x.abs, ws);
+  acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(w_scale, x.scale), acc);
+}
+HYBRIDLM_VNNI HYBRIDLM_INLINE __m512i q8_load_w(const WeightView& W, int ld, int r, int c) {
+  return _mm512_loadu_si512(static_cast<const int8_t*>(W.data) + static_cast<size_t>(r) * ld + 64 * c);
+}
+HYBRIDLM_VNNI HYBRIDLM_INLINE __m512 q8_load_ws(const WeightView& W, int nb, int r, int c) {
+  return q8_scale2(W.scales + static_cast<size_t>(r) * nb + 2 * c);
+}
+
+// Any RT x RR tile (the remainders).
+template <int RT, int RR>
+HYBRIDLM_VNNI void q8_tile(const WeightView& W, const float* bias, const Q8Acts& xa, int t0, int r0, float* y) {
+  __m512 acc[RT][RR];
+  for (int t = 0; t < RT; ++t)
+    for (int r = 0; r < RR; ++r) acc[t][r] = _mm512_setzero_ps();
+  for (int c = 0; c < xa.ld / 64; ++c)
+    for (int r = 0; r < RR; ++r) {
+      const __m512i w = q8_load_w(W, xa.ld, r0 + r, c);
+      const __m512 ws = q8_load_ws(W, xa.nb, r0 + r, c);
+      for (int t = 0; t < RT; ++t) q8_mac(acc[t][r], w, ws, q8_load_x(xa, t0 + t, c));
+    }
+  for (int t = 0; t < RT; ++t)
+    for (int r = 0; r < RR; ++r)
+      y[static_cast<size_t>(t0 + t) * W.rows + r0 + r] = reduce16(acc[t][r]) + (bias ? bias[r0 + r] : 0.0f);
+}
+
+// 1 token x 8 rows (decode), named accumulators (see tile_4x4).
+HYBRIDLM_VNNI void q8_tile_1x8(const WeightView& W, const float* bias, const Q8Acts& xa, int t0, int r0, float* y) {
+  const int ld = xa.ld, nb = xa.nb;
+  __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+  for (int c = 0; c < ld / 64; ++c) {
+    const Q8X x = q8_load_x(xa, t0, c);
+    q8_mac(a0, q8_load_w(W, ld, r0, c), q8_load_ws(W, nb, r0, c), x);
+    q8_mac(a1, q8_load_w(W, ld, r0 + 1, c), q8_load_ws(W, nb, r0 + 1, c), x);
+    q8_mac(a2, q8_load_w(W, ld, r0 + 2, c), q8_load_ws(W, nb, r0 + 2, c), x);
+    q8_mac(a3, q8_load_w(W, ld, r0 + 3, c), q8_load_ws(W, nb, r0 + 3, c), x);
+    q8_mac(a4, q8_load_w(W, ld, r0 + 4, c), q8_load_ws(W, nb, r0 + 4, c), x);
+    q8_mac(a5, q8_load_w(W, ld, r0 + 5, c), q8_load_ws(W, nb, r0 + 5, c), x);
+    q8_mac(a6, q8_load_w(W, ld, r0 + 6, c), q8_load_ws(W, nb, r0 + 6, c), x);
+    q8_mac(a7, q8_load_w(W, ld, r0 + 7, c), q8_load_ws(W, nb, r0 + 7, c), x);
+  }
+  const __m512 acc[8] = {a0, a1, a2, a3, a4, a5, a6, a7};
+  for (int r = 0; r < 8; ++r)
+    y[static_cast<size_t>(t0) * W.rows + r0 + r] = reduce16(acc[r]) + (bias ? bias[r0 + r] : 0.0f);
+}
+
+// 4 tokens x 4 rows (prefill and batched decode).
+HYBRIDLM_VNNI void q8_tile_4x4(const WeightView& W, const float* bias, const Q8Acts& xa, int t0, int r0, float* y) {
+  const int ld = xa.ld, nb = xa.nb;
+  __m512 a00 = _mm512_setzero_ps(), a01 = a00, a02 = a00, a03 = a00, a10 = a00, a11 = a00, a12 = a00, a13 = a00;
+  __m512 a20 = a00, a21 = a00, a22 = a00, a23 = a00, a30 = a00, a31 = a00, a32 = a00, a33 = a00;
+  for (int c = 0; c < ld / 64; ++c) {
+    const Q8X x0 = q8_load_x(xa, t0, c), x1 = q8_load_x(xa, t0 + 1, c);
+    const Q8X x2 = q8_load_x(xa, t0 + 2, c), x3 = q8_load_x(xa, t0 + 3, c);
+    __m512i w = q8_load_w(W, ld, r0, c);
+    __m512 ws = q8_load_ws(W, nb, r0, c);
+    q8_mac(a00, w, ws, x0), q8_mac(a10, w, ws, x1), q8_mac(a20, w, ws, x2), q8_mac(a30, w, ws, x3);
+    w = q8_load_w(W, ld, r0 + 1, c), ws = q8_load_ws(W, nb, r0 + 1, c);
+    q8_mac(a01, w, ws, x0), q8_mac(a11, w, ws, x1), q8_mac(a21, w, ws, x2), q8_mac(a31, w, ws, x3);
+    w = q8_load_w(W, ld, r0 + 2, c), ws = q8_load_ws(W, nb, r0 + 2, c);
+    q8_mac(a02, w, ws, x0), q8_mac(a12, w, ws, x1), q8_mac(a22, w, ws, x2), q8_mac(a32, w, ws, x3);
+    w = q8_load_w(W, ld, r0 + 3, c), ws = q8_load_ws(W, nb, r0 + 3, c);
+    q8_mac(a03, w, ws, x0), q8_mac(a13, w, ws, x1), q8_mac(a23, w, ws, x2), q8_mac(a33, w, ws, x3);
+  }
+  const __m512 acc[4][4] = {{a00, a01, a02, a03}, {a10, a11, a12, a13}, {a20, a21, a22, a23}, {a30, a31, a32, a33}};
+  for (int t = 0; t < 4; ++t)
+    for (int r = 0; r < 4; ++r)
+      y[static_cast<size_t>(t0 + t) * W.rows + r0 + r] = reduce16(acc[t][r]) + (bias ? bias[r0 + r] : 0.0f);
+}
+
+template <int RR>
+HYBRIDLM_VNNI void q8_row_tile(const WeightView& W, const float* bias, const Q8Acts& xa, int T, int r0, float* y) {
+  int t = 0;
+  for (; t + kTileT <= T; t += kTileT) {
+    if constexpr (RR == 4) q8_tile_4x4(W, bias, xa, t, r0, y);
+    else q8_tile<kTileT, RR>(W, bias, xa, t, r0, y);
+  }
+  switch (T - t) {
+    case 3: q8_tile<3, RR>(W, bias, xa, t, r0, y); break;
+    case 2: q8_tile<2, RR>(W, bias, xa, t, r0, y); break;
+    case 1:
+      if constexpr (RR == 8) q8_tile_1x8(W, bias, xa, t, r0, y);
+      else q8_tile<1, RR>(W, bias, xa, t, r0, y);
+      break;
+    default: break;
+  }
+}
+
+HYBRIDLM_VNNI void q8_rows_vnni(const WeightView& W, const float* bias, const Q8Acts& xa, int T, float* y,
+                                int r_begin, int r_end) {
+  int r = r_begin;
+  if (T < kTileT)
+    for (; r + 2 * kTileR <= r_end; r += 2 * kTileR) q8_row_tile<2 * kTileR>(W, bias, xa, T, r, y);
+  for (; r + kTileR <= r_end; r += kTileR) q8_row_tile<kTileR>(W, bias, xa, T, r, y);
+  for (; r < r_end; ++r) q8_row_tile<1>(W, bias, xa, T, r, y);
+}
+
+// The quantized activations of the calling thread's current matmul (grown, never shrunk: no
+// allocation per decode step once warm).
+struct Q8Scratch {
+  std::vector<int8_t> codes;
+  std::vector<float> scales;
+};
+Q8Scratch& q8_scratch() {
+  thread_local Q8Scratch s;
+  return s;
+}
+
+void matmul_q8(const KernelContext& ctx, const WeightView& W, const float* bias, const float* x, int T, float* y) {
+  const int K = W.cols, ld = q8_row_stride(K), nb = q8_row_blocks(K);
+  Q8Scratch& s = q8_scratch();
+  if (s.codes.size() < static_cast<size_t>(T) * ld) s.codes.resize(static_cast<size_t>(T) * ld);
+  if (s.scales.size() < static_cast<size_t>(T) * nb) s.scales.resize(static_cast<size_t>(T) * nb);
+  int8_t* codes = s.codes.data();
+  float* scales = s.scales.data();
+  parallel(ctx, static_cast<size_t>(T), 16, [&](size_t b, size_t e) {
+    for (size_t t = b; t < e; ++t)
+      quantize_q8_0_row(x + t * K, K, codes + t * ld, scales + t * nb);
+  });
+  const SimdPath path = simd_path();
+  const bool vnni = has_avx512_vnni();
+  auto run = [&](size_t tb, size_t te) {
+    const int rb = static_cast<int>(tb) * kTileR;
+    const int re = std::min(W.rows, static_cast<int>(te) * kTileR);
+    for (int t0 = 0; t0 < T; t0 += kTokenBlock) {
+      const int nt = std::min(kTokenBlock, T - t0);
+      const Q8Acts xb{codes + static_cast<size_t>(t0) * ld, scales + static_cast<size_t>(t0) * nb, ld, nb};
+      float* yb = y + static_cast<size_t>(t0) * W.rows;
+      if (path == SimdPath::Avx512) vnni ? q8_rows_vnni(W, bias, xb, nt, yb, rb, re)
+                                         : q8_rows_avx512_novnni(W, bias, xb, nt, yb, rb, re);
+      else if (path == SimdPath::Avx2) q8_rows_avx2(W, bias, xb, nt, yb, rb, re);
+      else q8_rows_portable(W, bias, xb, nt, yb, rb, re);
+    }
+  };
+  const size_t n_tiles = (static_cast<size_t>(W.rows) + kTileR - 1) / kTileR;
+  if (ctx.pool) ctx.pool->parallel_for(n_tiles, run, 4);
+  else run(0, n_tiles);
+}
+
 }  // namespace
 
 void matmul(const KernelContext& ctx, const WeightView& W, const float* bias, const float* x,
             int T, float* y) {
+  if (W.dtype == DType::I8) return matmul_q8(ctx, W, bias, x, T, y);
   const bool bf16 = W.dtype == DType::BF16;
-  const bool avx = simd_path() == SimdPath::Avx512;
+  const SimdPath path = simd_path();
   auto run = [&](size_t tb, size_t te) {
     const int rb = static_cast<int>(tb) * kTileR;
     const int re = std::min(W.rows, static_cast<int>(te) * kTileR);
@@ -208,8 +428,12 @@ void matmul(const KernelContext& ctx, const WeightView& W, const float* bias, co
       const int nt = std::min(kTokenBlock, T - t0);
       const float* xb = x + static_cast<size_t>(t0) * W.cols;
       float* yb = y + static_cast<size_t>(t0) * W.rows;
-      if (avx) bf16 ? rows_avx512<true>(W, bias, xb, nt, yb, rb, re) : rows_avx512<false>(W, bias, xb, nt, yb, rb, re);
-      else bf16 ? rows_portable<true>(W, bias, xb, nt, yb, rb, re) : rows_portable<false>(W, bias, xb, nt, yb, rb, re);
+      if (path == SimdPath::Avx512)
+        bf16 ? rows_avx512<true>(W, bias, xb, nt, yb, rb, re) : rows_avx512<false>(W, bias, xb, nt, yb, rb, re);
+      else if (path == SimdPath::Avx2)
+        bf16 ? rows_avx2<true>(W, bias, xb, nt, yb, rb, re) : rows_avx2<false>(W, bias, xb, nt, yb, rb, re);
+      else
+        bf16 ? rows_portable<true>(W, bias, xb, nt, yb, rb, re) : rows_portable<false>(W, bias, xb, nt, yb, rb, re);
     }
   };
   const size_t n_tiles = (static_cast<size_t>(W.rows) + kTileR - 1) / kTileR;

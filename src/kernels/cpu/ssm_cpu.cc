@@ -1,6 +1,6 @@
 // CPU kernels for norms, the causal conv and the two scans. Each loop body is written once
-// (always_inline) and instantiated twice: inside an AVX-512 target function (the compiler
-// vectorises it with 16 lanes) and inside a portable one. Threads split channels or heads, which
+// (always_inline) and instantiated per SIMD path by HYBRIDLM_SIMD_VARIANTS (the compiler
+// vectorises it with 16 lanes for AVX-512, 8 for AVX2). Threads split channels or heads, which
 // never interact inside one kernel, so results do not depend on the thread count.
 #include <algorithm>
 #include <cmath>
@@ -28,14 +28,7 @@ HYBRIDLM_INLINE void rmsnorm_rows(const float* x, const float* w, int d, float e
     else for (int i = 0; i < d; ++i) yr[i] = xr[i] * inv;
   }
 }
-HYBRIDLM_AVX512 void rmsnorm_avx512(const float* x, const float* w, int d, float eps, float* y,
-                                    size_t tb, size_t te) {
-  rmsnorm_rows(x, w, d, eps, y, tb, te);
-}
-void rmsnorm_portable(const float* x, const float* w, int d, float eps, float* y, size_t tb,
-                      size_t te) {
-  rmsnorm_rows(x, w, d, eps, y, tb, te);
-}
+HYBRIDLM_SIMD_VARIANTS(rmsnorm, rmsnorm_rows)
 
 // ---- gated RMSNorm (gate, then norm per group) -------------------------------------------------
 HYBRIDLM_INLINE void gated_rows(const float* y, const float* z, int ld_z, const float* w, int d,
@@ -52,14 +45,7 @@ HYBRIDLM_INLINE void gated_rows(const float* y, const float* z, int ld_z, const 
     }
   }
 }
-HYBRIDLM_AVX512 void gated_avx512(const float* y, const float* z, int ld_z, const float* w, int d,
-                                  int gs, float eps, float* out, size_t tb, size_t te) {
-  gated_rows(y, z, ld_z, w, d, gs, eps, out, tb, te);
-}
-void gated_portable(const float* y, const float* z, int ld_z, const float* w, int d, int gs,
-                    float eps, float* out, size_t tb, size_t te) {
-  gated_rows(y, z, ld_z, w, d, gs, eps, out, tb, te);
-}
+HYBRIDLM_SIMD_VARIANTS(gated, gated_rows)
 
 // ---- causal depthwise conv ---------------------------------------------------------------------
 // For channels [cb, ce): out[t, c] = sum_k w[c, k] * in(t - (K-1) + k, c), where in(j < 0) comes
@@ -90,15 +76,7 @@ HYBRIDLM_INLINE void conv_channels(const float* x, int ld_x, const float* w, con
     }
   }
 }
-HYBRIDLM_AVX512 void conv_avx512(const float* x, int ld_x, const float* w, const float* bias,
-                                 float* state, int T, int C, int K, bool act, float* out, size_t cb,
-                                 size_t ce) {
-  conv_channels(x, ld_x, w, bias, state, T, C, K, act, out, cb, ce);
-}
-void conv_portable(const float* x, int ld_x, const float* w, const float* bias, float* state,
-                   int T, int C, int K, bool act, float* out, size_t cb, size_t ce) {
-  conv_channels(x, ld_x, w, bias, state, T, C, K, act, out, cb, ce);
-}
+HYBRIDLM_SIMD_VARIANTS(conv, conv_channels)
 
 // ---- Mamba-1 selective scan over channels [ib, ie) ---------------------------------------------
 // Channels are processed 16 at a time, one per vector lane: the state block is transposed to
@@ -147,17 +125,7 @@ HYBRIDLM_INLINE void m1_channels(const float* x, int ld_x, const float* dt, cons
       for (int l = 0; l < nl; ++l) h[(i0 + l) * N + n] = hT[n * kLanes + l];
   }
 }
-HYBRIDLM_AVX512 void m1_avx512(const float* x, int ld_x, const float* dt, const float* A,
-                               const float* B, const float* C, int ld_bc, const float* D,
-                               const float* z, int ld_z, float* h, int T, int I, int N, float* y,
-                               size_t ib, size_t ie) {
-  m1_channels(x, ld_x, dt, A, B, C, ld_bc, D, z, ld_z, h, T, I, N, y, ib, ie);
-}
-void m1_portable(const float* x, int ld_x, const float* dt, const float* A, const float* B,
-                 const float* C, int ld_bc, const float* D, const float* z, int ld_z, float* h,
-                 int T, int I, int N, float* y, size_t ib, size_t ie) {
-  m1_channels(x, ld_x, dt, A, B, C, ld_bc, D, z, ld_z, h, T, I, N, y, ib, ie);
-}
+HYBRIDLM_SIMD_VARIANTS(m1, m1_channels)
 
 // ---- Mamba-2 SSD over heads [hb, he) -----------------------------------------------------------
 // Per chunk of Q steps with cumulative log-decay s_i (see ref/ops_ref.cc for the formulas):
@@ -222,17 +190,7 @@ HYBRIDLM_INLINE void ssd_heads(const float* x, int ld_x, const float* dt, const 
     }
   }
 }
-HYBRIDLM_AVX512 void ssd_avx512(const float* x, int ld_x, const float* dt, const float* A,
-                                const float* B, const float* C, int ld_bc, const float* D,
-                                const SsdDims& dm, int chunk, float* S, int T, float* y, size_t hb,
-                                size_t he) {
-  ssd_heads(x, ld_x, dt, A, B, C, ld_bc, D, dm, chunk, S, T, y, hb, he);
-}
-void ssd_portable(const float* x, int ld_x, const float* dt, const float* A, const float* B,
-                  const float* C, int ld_bc, const float* D, const SsdDims& dm, int chunk, float* S,
-                  int T, float* y, size_t hb, size_t he) {
-  ssd_heads(x, ld_x, dt, A, B, C, ld_bc, D, dm, chunk, S, T, y, hb, he);
-}
+HYBRIDLM_SIMD_VARIANTS(ssd, ssd_heads)
 
 // ---- Mamba-2 single step over heads [hb, he) ---------------------------------------------------
 HYBRIDLM_INLINE void ssd_step_heads(const float* x, const float* dt, const float* A, const float* B,
@@ -251,32 +209,22 @@ HYBRIDLM_INLINE void ssd_step_heads(const float* x, const float* dt, const float
     }
   }
 }
-HYBRIDLM_AVX512 void ssd_step_avx512(const float* x, const float* dt, const float* A, const float* B,
-                                     const float* C, const float* D, const SsdDims& dm, float* S, float* y,
-                                     size_t hb, size_t he) {
-  ssd_step_heads(x, dt, A, B, C, D, dm, S, y, hb, he);
-}
-void ssd_step_portable(const float* x, const float* dt, const float* A, const float* B, const float* C,
-                       const float* D, const SsdDims& dm, float* S, float* y, size_t hb, size_t he) {
-  ssd_step_heads(x, dt, A, B, C, D, dm, S, y, hb, he);
-}
+HYBRIDLM_SIMD_VARIANTS(ssd_step, ssd_step_heads)
 
-bool avx() { return use_avx512(); }
 
 }  // namespace
 
 void rmsnorm(const KernelContext& ctx, const float* x, const float* w, int T, int d, float eps,
              float* y) {
   parallel(ctx, T, 8, [&](size_t b, size_t e) {
-    avx() ? rmsnorm_avx512(x, w, d, eps, y, b, e) : rmsnorm_portable(x, w, d, eps, y, b, e);
+    rmsnorm_dispatch(x, w, d, eps, y, b, e);
   });
 }
 
 void gated_rmsnorm(const KernelContext& ctx, const float* y, const float* z, int ld_z,
                    const float* w, int T, int d, int group_size, float eps, float* out) {
   parallel(ctx, T, 8, [&](size_t b, size_t e) {
-    avx() ? gated_avx512(y, z, ld_z, w, d, group_size, eps, out, b, e)
-          : gated_portable(y, z, ld_z, w, d, group_size, eps, out, b, e);
+    gated_dispatch(y, z, ld_z, w, d, group_size, eps, out, b, e);
   });
 }
 
@@ -284,8 +232,7 @@ void conv1d_causal(const KernelContext& ctx, const float* x, int ld_x, const flo
                    const float* bias, float* state, int T, int C, int K, bool apply_silu,
                    float* out) {
   parallel(ctx, C, 64, [&](size_t b, size_t e) {
-    avx() ? conv_avx512(x, ld_x, w, bias, state, T, C, K, apply_silu, out, b, e)
-          : conv_portable(x, ld_x, w, bias, state, T, C, K, apply_silu, out, b, e);
+    conv_dispatch(x, ld_x, w, bias, state, T, C, K, apply_silu, out, b, e);
   });
 }
 
@@ -293,8 +240,7 @@ void mamba1_scan(const KernelContext& ctx, const float* x, int ld_x, const float
                  const float* A, const float* B, const float* C, int ld_bc, const float* D,
                  const float* z, int ld_z, float* h, int T, int I, int N, float* y) {
   parallel(ctx, I, 16, [&](size_t b, size_t e) {
-    avx() ? m1_avx512(x, ld_x, dt, A, B, C, ld_bc, D, z, ld_z, h, T, I, N, y, b, e)
-          : m1_portable(x, ld_x, dt, A, B, C, ld_bc, D, z, ld_z, h, T, I, N, y, b, e);
+    m1_dispatch(x, ld_x, dt, A, B, C, ld_bc, D, z, ld_z, h, T, I, N, y, b, e);
   });
 }
 
@@ -302,16 +248,14 @@ void ssd_scan(const KernelContext& ctx, const float* x, int ld_x, const float* d
               const float* A, const float* B, const float* C, int ld_bc, const float* D,
               const SsdDims& dims, int chunk, float* S, int T, float* y) {
   parallel(ctx, dims.n_heads, 1, [&](size_t b, size_t e) {
-    avx() ? ssd_avx512(x, ld_x, dt, A, B, C, ld_bc, D, dims, chunk, S, T, y, b, e)
-          : ssd_portable(x, ld_x, dt, A, B, C, ld_bc, D, dims, chunk, S, T, y, b, e);
+    ssd_dispatch(x, ld_x, dt, A, B, C, ld_bc, D, dims, chunk, S, T, y, b, e);
   });
 }
 
 void ssd_step(const KernelContext& ctx, const float* x, const float* dt, const float* A, const float* B,
               const float* C, const float* D, const SsdDims& dims, float* S, float* y) {
   parallel(ctx, dims.n_heads, 4, [&](size_t b, size_t e) {
-    avx() ? ssd_step_avx512(x, dt, A, B, C, D, dims, S, y, b, e)
-          : ssd_step_portable(x, dt, A, B, C, D, dims, S, y, b, e);
+    ssd_step_dispatch(x, dt, A, B, C, D, dims, S, y, b, e);
   });
 }
 
@@ -325,7 +269,10 @@ void embedding(const WeightView& E, const int32_t* ids, int T, float* out) {
   for (int t = 0; t < T; ++t) {
     const size_t row = static_cast<size_t>(ids[t]) * E.cols;
     float* o = out + static_cast<size_t>(t) * E.cols;
-    if (E.dtype == DType::BF16) {
+    if (E.dtype == DType::I8) {
+      dequantize_q8_0_row(static_cast<const int8_t*>(E.data) + static_cast<size_t>(ids[t]) * q8_row_stride(E.cols),
+                          E.scales + static_cast<size_t>(ids[t]) * q8_row_blocks(E.cols), E.cols, o);
+    } else if (E.dtype == DType::BF16) {
       const uint16_t* e = static_cast<const uint16_t*>(E.data) + row;
       for (int c = 0; c < E.cols; ++c) o[c] = bf16_to_f32(e[c]);
     } else {

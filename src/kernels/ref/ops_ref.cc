@@ -12,13 +12,40 @@ float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
 float silu(float x) { return x / (1.0f + std::exp(-x)); }
 
 static float weight_at(const WeightView& W, int r, int c) {
+  if (W.dtype == DType::I8) {
+    const int8_t code = static_cast<const int8_t*>(W.data)[static_cast<size_t>(r) * q8_row_stride(W.cols) + c];
+    return static_cast<float>(code) * W.scales[static_cast<size_t>(r) * q8_row_blocks(W.cols) + c / kQ8Block];
+  }
   size_t i = static_cast<size_t>(r) * W.cols + c;
   if (W.dtype == DType::BF16) return bf16_to_f32(static_cast<const uint16_t*>(W.data)[i]);
   return static_cast<const float*>(W.data)[i];
 }
 
+// q8_0: each activation row quantized to q8_0 (the same function the CPU kernel calls), exact
+// integer block sums, then sum over blocks of isum * dw * dx in double.
+static void matmul_q8(const WeightView& W, const float* bias, const float* x, int T, float* y) {
+  const int ld = q8_row_stride(W.cols), nb = q8_row_blocks(W.cols);
+  std::vector<int8_t> xq(static_cast<size_t>(ld));
+  std::vector<float> xs(static_cast<size_t>(nb));
+  const int8_t* codes = static_cast<const int8_t*>(W.data);
+  for (int t = 0; t < T; ++t) {
+    quantize_q8_0_row(x + static_cast<size_t>(t) * W.cols, W.cols, xq.data(), xs.data());
+    for (int r = 0; r < W.rows; ++r) {
+      double acc = bias ? bias[r] : 0.0;
+      for (int b = 0; b < nb; ++b) {
+        int64_t isum = 0;
+        for (int i = b * kQ8Block; i < (b + 1) * kQ8Block; ++i)
+          isum += static_cast<int64_t>(codes[static_cast<size_t>(r) * ld + i]) * xq[i];
+        acc += static_cast<double>(isum) * W.scales[static_cast<size_t>(r) * nb + b] * xs[b];
+      }
+      y[static_cast<size_t>(t) * W.rows + r] = static_cast<float>(acc);
+    }
+  }
+}
+
 void matmul(const KernelContext&, const WeightView& W, const float* bias, const float* x, int T,
             float* y) {
+  if (W.dtype == DType::I8) return matmul_q8(W, bias, x, T, y);
   for (int t = 0; t < T; ++t) {
     for (int r = 0; r < W.rows; ++r) {
       double acc = bias ? bias[r] : 0.0;
