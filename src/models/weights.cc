@@ -48,12 +48,9 @@ Matrix WeightReader::slice(const TensorInfo& t, int64_t row0, int rows, int cols
   // dt_proj with dt_rank 48) would grow with the padding, and is too small to matter; it stays f32.
   if (dtype_ == WeightDType::Q8_0 && cols % 64 == 0) {
     m.dtype = DType::I8;
-    const int ld = q8_row_stride(cols), nb = q8_row_blocks(cols);
-    m.q8.resize(static_cast<size_t>(rows) * ld);
-    m.q8_scales.resize(static_cast<size_t>(rows) * nb);
-    for (int r = 0; r < rows; ++r)
-      quantize_q8_0_row(f.data() + static_cast<size_t>(r) * cols, cols, m.q8.data() + static_cast<size_t>(r) * ld,
-                        m.q8_scales.data() + static_cast<size_t>(r) * nb);
+    m.q8.resize(q8_code_count(rows, cols));
+    m.q8_scales.resize(q8_scale_count(rows, cols));
+    quantize_q8_0_matrix(f.data(), rows, cols, m.q8.data(), m.q8_scales.data());
   } else if (dtype_ == WeightDType::BF16) {
     m.dtype = DType::BF16;
     m.bf16.resize(n);

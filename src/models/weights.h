@@ -21,8 +21,8 @@ struct Matrix {
   int rows = 0, cols = 0;
   std::vector<float> f32;
   std::vector<uint16_t> bf16;
-  std::vector<int8_t> q8;          // dtype I8: q8_0 codes, row stride q8_row_stride(cols)
-  std::vector<float> q8_scales;    // and their scales, q8_row_blocks(cols) per row
+  std::vector<int8_t> q8;        // dtype I8: q8_0 codes and scales in the panel layout of
+  std::vector<float> q8_scales;  // quantize_q8_0_matrix (tensor/quant.h)
   // Zero-copy: the weights inside the mapped checkpoint (the model keeps the mapping alive).
   const void* mapped = nullptr;
   WeightView view() const {

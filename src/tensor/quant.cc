@@ -1,6 +1,8 @@
 #include "tensor/quant.h"
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 namespace hybridlm {
 
@@ -29,6 +31,27 @@ void quantize_q8_0_row(const float* x, int n, int8_t* codes, float* scales) {
 
 void dequantize_q8_0_row(const int8_t* codes, const float* scales, int n, float* x) {
   for (int c = 0; c < n; ++c) x[c] = static_cast<float>(codes[c]) * scales[c / kQ8Block];
+}
+
+void quantize_q8_0_matrix(const float* w, int rows, int cols, int8_t* codes, float* scales) {
+  const int ld = q8_row_stride(cols), nb = q8_row_blocks(cols);
+  std::vector<int8_t> q(static_cast<size_t>(ld));
+  std::vector<float> d(static_cast<size_t>(nb));
+  for (int r = 0; r < q8_padded_rows(rows); ++r) {
+    if (r < rows) {
+      quantize_q8_0_row(w + static_cast<size_t>(r) * cols, cols, q.data(), d.data());
+    } else {
+      std::fill(q.begin(), q.end(), 0);
+      std::fill(d.begin(), d.end(), 0.0f);
+    }
+    for (int i = 0; i < ld; i += 64) std::copy(q.begin() + i, q.begin() + i + 64, codes + q8_code_index(r, i, cols));
+    for (int b = 0; b < nb; ++b) scales[q8_scale_index(r, b, cols)] = d[static_cast<size_t>(b)];
+  }
+}
+
+void dequantize_q8_0_matrix_row(const int8_t* codes, const float* scales, int r, int cols, float* x) {
+  for (int c = 0; c < cols; ++c)
+    x[c] = static_cast<float>(codes[q8_code_index(r, c, cols)]) * scales[q8_scale_index(r, c / kQ8Block, cols)];
 }
 
 }  // namespace hybridlm

@@ -66,12 +66,8 @@ class Kernels : public ::testing::Test {
 // A (rows, cols) f32 matrix quantized to q8_0 rows, as the loader stores it.
 struct Q8Matrix {
   Q8Matrix(const std::vector<float>& w, int rows, int cols)
-      : rows(rows), cols(cols), codes(static_cast<size_t>(rows) * q8_row_stride(cols)),
-        scales(static_cast<size_t>(rows) * q8_row_blocks(cols)) {
-    for (int r = 0; r < rows; ++r)
-      quantize_q8_0_row(w.data() + static_cast<size_t>(r) * cols, cols,
-                        codes.data() + static_cast<size_t>(r) * q8_row_stride(cols),
-                        scales.data() + static_cast<size_t>(r) * q8_row_blocks(cols));
+      : rows(rows), cols(cols), codes(q8_code_count(rows, cols)), scales(q8_scale_count(rows, cols)) {
+    quantize_q8_0_matrix(w.data(), rows, cols, codes.data(), scales.data());
   }
   WeightView view() const { return {DType::I8, codes.data(), rows, cols, scales.data()}; }
   int rows, cols;

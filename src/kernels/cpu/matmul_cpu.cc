@@ -218,19 +218,19 @@ struct Q8Acts {
 // Portable: one dot product at a time, blocks summed in order (exact int32 block sums).
 HYBRIDLM_INLINE void q8_rows_generic(const WeightView& W, const float* bias, const Q8Acts& xa, int T, float* y,
                                      int r_begin, int r_end) {
-  const int ld = xa.ld, nb = xa.nb;
+  const int ld = xa.ld, nb = xa.nb, K = W.cols;
   const int8_t* codes = static_cast<const int8_t*>(W.data);
   for (int r = r_begin; r < r_end; ++r) {
-    const int8_t* wr = codes + static_cast<size_t>(r) * ld;
-    const float* ws = W.scales + static_cast<size_t>(r) * nb;
     for (int t = 0; t < T; ++t) {
       const int8_t* xq = xa.codes + static_cast<size_t>(t) * ld;
       const float* xs = xa.scales + static_cast<size_t>(t) * nb;
       float acc = 0.0f;
       for (int b = 0; b < nb; ++b) {
+        const int8_t* wb = codes + q8_code_index(r, b * kQ8Block, K);  // a block's codes are contiguous
+        const int8_t* xb = xq + b * kQ8Block;
         int32_t isum = 0;
-        for (int i = b * kQ8Block; i < (b + 1) * kQ8Block; ++i) isum += static_cast<int32_t>(wr[i]) * xq[i];
-        acc += static_cast<float>(isum) * (ws[b] * xs[b]);
+        for (int i = 0; i < kQ8Block; ++i) isum += static_cast<int32_t>(wb[i]) * xb[i];
+        acc += static_cast<float>(isum) * (W.scales[q8_scale_index(r, b, K)] * xs[b]);
       }
       y[static_cast<size_t>(t) * W.rows + r] = acc + (bias ? bias[r] : 0.0f);
     }
@@ -252,13 +252,19 @@ void q8_rows_portable(const WeightView& W, const float* bias, const Q8Acts& xa, 
 // the activation enters as |x| and its sign moves onto the weight (codes are in [-127, 127]: no
 // overflow). Lanes 0-7 hold block 2c's sums, lanes 8-15 block 2c+1's; each step scales them by
 // dw * dx and adds them to a float accumulator. Every (token, row) pair runs the same instruction
-// sequence in every tile shape.
+// sequence in every tile shape, and its scale vector holds the same values however it was loaded.
 #define HYBRIDLM_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,fma")))
 
 // [s[0] x 8, s[1] x 8]
 HYBRIDLM_VNNI HYBRIDLM_INLINE __m512 q8_scale2(const float* s) {
   const __m512i idx = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
   return _mm512_permutexvar_ps(idx, _mm512_maskz_loadu_ps(0x3, s));
+}
+// Row j's pair out of a panel step's 16 scales (8 rows x 2): [s[2j] x 8, s[2j+1] x 8].
+HYBRIDLM_VNNI HYBRIDLM_INLINE __m512 q8_panel_scale(__m512 panel, int j) {
+  const __m512i idx = _mm512_set_epi32(2 * j + 1, 2 * j + 1, 2 * j + 1, 2 * j + 1, 2 * j + 1, 2 * j + 1, 2 * j + 1,
+                                       2 * j + 1, 2 * j, 2 * j, 2 * j, 2 * j, 2 * j, 2 * j, 2 * j, 2 * j);
+  return _mm512_permutexvar_ps(idx, panel);
 }
 
 struct Q8X {  // one token's operands for one 64-code step
@@ -275,23 +281,18 @@ HYBRIDLM_VNNI HYBRIDLM_INLINE void q8_mac(__m512& acc, __m512i w, __m512 w_scale
   const __m512i d = _mm512_dpbusd_epi32(_mm512_setzero_si512(), x.abs, ws);
   acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(w_scale, x.scale), acc);
 }
-HYBRIDLM_VNNI HYBRIDLM_INLINE __m512i q8_load_w(const WeightView& W, int ld, int r, int c) {
-  return _mm512_loadu_si512(static_cast<const int8_t*>(W.data) + static_cast<size_t>(r) * ld + 64 * c);
-}
-HYBRIDLM_VNNI HYBRIDLM_INLINE __m512 q8_load_ws(const WeightView& W, int nb, int r, int c) {
-  return q8_scale2(W.scales + static_cast<size_t>(r) * nb + 2 * c);
-}
 
-// Any RT x RR tile (the remainders).
+// Any RT x RR tile at any row (the remainders).
 template <int RT, int RR>
 HYBRIDLM_VNNI void q8_tile(const WeightView& W, const float* bias, const Q8Acts& xa, int t0, int r0, float* y) {
+  const int8_t* codes = static_cast<const int8_t*>(W.data);
   __m512 acc[RT][RR];
   for (int t = 0; t < RT; ++t)
     for (int r = 0; r < RR; ++r) acc[t][r] = _mm512_setzero_ps();
   for (int c = 0; c < xa.ld / 64; ++c)
     for (int r = 0; r < RR; ++r) {
-      const __m512i w = q8_load_w(W, xa.ld, r0 + r, c);
-      const __m512 ws = q8_load_ws(W, xa.nb, r0 + r, c);
+      const __m512i w = _mm512_loadu_si512(codes + q8_code_index(r0 + r, 64 * c, W.cols));
+      const __m512 ws = q8_scale2(W.scales + q8_scale_index(r0 + r, 2 * c, W.cols));
       for (int t = 0; t < RT; ++t) q8_mac(acc[t][r], w, ws, q8_load_x(xa, t0 + t, c));
     }
   for (int t = 0; t < RT; ++t)
@@ -299,42 +300,49 @@ HYBRIDLM_VNNI void q8_tile(const WeightView& W, const float* bias, const Q8Acts&
       y[static_cast<size_t>(t0 + t) * W.rows + r0 + r] = reduce16(acc[t][r]) + (bias ? bias[r0 + r] : 0.0f);
 }
 
-// 1 token x 8 rows (decode), named accumulators (see tile_4x4).
+// 1 token x the 8 rows of a panel (decode): one contiguous stream of 512-byte steps. Named
+// accumulators (see tile_4x4).
 HYBRIDLM_VNNI void q8_tile_1x8(const WeightView& W, const float* bias, const Q8Acts& xa, int t0, int r0, float* y) {
-  const int ld = xa.ld, nb = xa.nb;
+  const int ld = xa.ld;
+  const int8_t* wp = static_cast<const int8_t*>(W.data) + q8_code_index(r0, 0, W.cols);
+  const float* sp = W.scales + q8_scale_index(r0, 0, W.cols);
   __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
-  for (int c = 0; c < ld / 64; ++c) {
+  for (int c = 0; c < ld / 64; ++c, wp += 64 * kQ8PanelRows, sp += 2 * kQ8PanelRows) {
     const Q8X x = q8_load_x(xa, t0, c);
-    q8_mac(a0, q8_load_w(W, ld, r0, c), q8_load_ws(W, nb, r0, c), x);
-    q8_mac(a1, q8_load_w(W, ld, r0 + 1, c), q8_load_ws(W, nb, r0 + 1, c), x);
-    q8_mac(a2, q8_load_w(W, ld, r0 + 2, c), q8_load_ws(W, nb, r0 + 2, c), x);
-    q8_mac(a3, q8_load_w(W, ld, r0 + 3, c), q8_load_ws(W, nb, r0 + 3, c), x);
-    q8_mac(a4, q8_load_w(W, ld, r0 + 4, c), q8_load_ws(W, nb, r0 + 4, c), x);
-    q8_mac(a5, q8_load_w(W, ld, r0 + 5, c), q8_load_ws(W, nb, r0 + 5, c), x);
-    q8_mac(a6, q8_load_w(W, ld, r0 + 6, c), q8_load_ws(W, nb, r0 + 6, c), x);
-    q8_mac(a7, q8_load_w(W, ld, r0 + 7, c), q8_load_ws(W, nb, r0 + 7, c), x);
+    const __m512 s = _mm512_loadu_ps(sp);
+    q8_mac(a0, _mm512_loadu_si512(wp), q8_panel_scale(s, 0), x);
+    q8_mac(a1, _mm512_loadu_si512(wp + 64), q8_panel_scale(s, 1), x);
+    q8_mac(a2, _mm512_loadu_si512(wp + 128), q8_panel_scale(s, 2), x);
+    q8_mac(a3, _mm512_loadu_si512(wp + 192), q8_panel_scale(s, 3), x);
+    q8_mac(a4, _mm512_loadu_si512(wp + 256), q8_panel_scale(s, 4), x);
+    q8_mac(a5, _mm512_loadu_si512(wp + 320), q8_panel_scale(s, 5), x);
+    q8_mac(a6, _mm512_loadu_si512(wp + 384), q8_panel_scale(s, 6), x);
+    q8_mac(a7, _mm512_loadu_si512(wp + 448), q8_panel_scale(s, 7), x);
   }
   const __m512 acc[8] = {a0, a1, a2, a3, a4, a5, a6, a7};
   for (int r = 0; r < 8; ++r)
     y[static_cast<size_t>(t0) * W.rows + r0 + r] = reduce16(acc[r]) + (bias ? bias[r0 + r] : 0.0f);
 }
 
-// 4 tokens x 4 rows (prefill and batched decode).
+// 4 tokens x 4 rows, r0 a multiple of 4 (one half of a panel): prefill and batched decode.
 HYBRIDLM_VNNI void q8_tile_4x4(const WeightView& W, const float* bias, const Q8Acts& xa, int t0, int r0, float* y) {
-  const int ld = xa.ld, nb = xa.nb;
+  const int ld = xa.ld, h = r0 % kQ8PanelRows;  // 0 or 4
+  const int8_t* wp = static_cast<const int8_t*>(W.data) + q8_code_index(r0, 0, W.cols);
+  const float* sp = W.scales + q8_scale_index(r0 - h, 0, W.cols);
   __m512 a00 = _mm512_setzero_ps(), a01 = a00, a02 = a00, a03 = a00, a10 = a00, a11 = a00, a12 = a00, a13 = a00;
   __m512 a20 = a00, a21 = a00, a22 = a00, a23 = a00, a30 = a00, a31 = a00, a32 = a00, a33 = a00;
-  for (int c = 0; c < ld / 64; ++c) {
+  for (int c = 0; c < ld / 64; ++c, wp += 64 * kQ8PanelRows, sp += 2 * kQ8PanelRows) {
     const Q8X x0 = q8_load_x(xa, t0, c), x1 = q8_load_x(xa, t0 + 1, c);
     const Q8X x2 = q8_load_x(xa, t0 + 2, c), x3 = q8_load_x(xa, t0 + 3, c);
-    __m512i w = q8_load_w(W, ld, r0, c);
-    __m512 ws = q8_load_ws(W, nb, r0, c);
+    const __m512 s = _mm512_loadu_ps(sp);
+    __m512i w = _mm512_loadu_si512(wp);
+    __m512 ws = q8_panel_scale(s, h);
     q8_mac(a00, w, ws, x0), q8_mac(a10, w, ws, x1), q8_mac(a20, w, ws, x2), q8_mac(a30, w, ws, x3);
-    w = q8_load_w(W, ld, r0 + 1, c), ws = q8_load_ws(W, nb, r0 + 1, c);
+    w = _mm512_loadu_si512(wp + 64), ws = q8_panel_scale(s, h + 1);
     q8_mac(a01, w, ws, x0), q8_mac(a11, w, ws, x1), q8_mac(a21, w, ws, x2), q8_mac(a31, w, ws, x3);
-    w = q8_load_w(W, ld, r0 + 2, c), ws = q8_load_ws(W, nb, r0 + 2, c);
+    w = _mm512_loadu_si512(wp + 128), ws = q8_panel_scale(s, h + 2);
     q8_mac(a02, w, ws, x0), q8_mac(a12, w, ws, x1), q8_mac(a22, w, ws, x2), q8_mac(a32, w, ws, x3);
-    w = q8_load_w(W, ld, r0 + 3, c), ws = q8_load_ws(W, nb, r0 + 3, c);
+    w = _mm512_loadu_si512(wp + 192), ws = q8_panel_scale(s, h + 3);
     q8_mac(a03, w, ws, x0), q8_mac(a13, w, ws, x1), q8_mac(a23, w, ws, x2), q8_mac(a33, w, ws, x3);
   }
   const __m512 acc[4][4] = {{a00, a01, a02, a03}, {a10, a11, a12, a13}, {a20, a21, a22, a23}, {a30, a31, a32, a33}};
@@ -394,9 +402,9 @@ void matmul_q8(const KernelContext& ctx, const WeightView& W, const float* bias,
   });
   const SimdPath path = simd_path();
   const bool vnni = has_avx512_vnni();
-  auto run = [&](size_t tb, size_t te) {
-    const int rb = static_cast<int>(tb) * kTileR;
-    const int re = std::min(W.rows, static_cast<int>(te) * kTileR);
+  auto run = [&](size_t pb, size_t pe) {  // whole panels of 8 rows
+    const int rb = static_cast<int>(pb) * kQ8PanelRows;
+    const int re = std::min(W.rows, static_cast<int>(pe) * kQ8PanelRows);
     for (int t0 = 0; t0 < T; t0 += kTokenBlock) {
       const int nt = std::min(kTokenBlock, T - t0);
       const Q8Acts xb{codes + static_cast<size_t>(t0) * ld, scales + static_cast<size_t>(t0) * nb, ld, nb};
@@ -407,9 +415,9 @@ void matmul_q8(const KernelContext& ctx, const WeightView& W, const float* bias,
       else q8_rows_portable(W, bias, xb, nt, yb, rb, re);
     }
   };
-  const size_t n_tiles = (static_cast<size_t>(W.rows) + kTileR - 1) / kTileR;
-  if (ctx.pool) ctx.pool->parallel_for(n_tiles, run, 4);
-  else run(0, n_tiles);
+  const size_t n_panels = static_cast<size_t>(q8_padded_rows(W.rows)) / kQ8PanelRows;
+  if (ctx.pool) ctx.pool->parallel_for(n_panels, run, 2);
+  else run(0, n_panels);
 }
 
 }  // namespace

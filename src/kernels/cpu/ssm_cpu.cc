@@ -270,8 +270,7 @@ void embedding(const WeightView& E, const int32_t* ids, int T, float* out) {
     const size_t row = static_cast<size_t>(ids[t]) * E.cols;
     float* o = out + static_cast<size_t>(t) * E.cols;
     if (E.dtype == DType::I8) {
-      dequantize_q8_0_row(static_cast<const int8_t*>(E.data) + static_cast<size_t>(ids[t]) * q8_row_stride(E.cols),
-                          E.scales + static_cast<size_t>(ids[t]) * q8_row_blocks(E.cols), E.cols, o);
+      dequantize_q8_0_matrix_row(static_cast<const int8_t*>(E.data), E.scales, ids[t], E.cols, o);
     } else if (E.dtype == DType::BF16) {
       const uint16_t* e = static_cast<const uint16_t*>(E.data) + row;
       for (int c = 0; c < E.cols; ++c) o[c] = bf16_to_f32(e[c]);

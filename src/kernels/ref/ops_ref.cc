@@ -13,8 +13,8 @@ float silu(float x) { return x / (1.0f + std::exp(-x)); }
 
 static float weight_at(const WeightView& W, int r, int c) {
   if (W.dtype == DType::I8) {
-    const int8_t code = static_cast<const int8_t*>(W.data)[static_cast<size_t>(r) * q8_row_stride(W.cols) + c];
-    return static_cast<float>(code) * W.scales[static_cast<size_t>(r) * q8_row_blocks(W.cols) + c / kQ8Block];
+    const int8_t code = static_cast<const int8_t*>(W.data)[q8_code_index(r, c, W.cols)];
+    return static_cast<float>(code) * W.scales[q8_scale_index(r, c / kQ8Block, W.cols)];
   }
   size_t i = static_cast<size_t>(r) * W.cols + c;
   if (W.dtype == DType::BF16) return bf16_to_f32(static_cast<const uint16_t*>(W.data)[i]);
@@ -35,8 +35,8 @@ static void matmul_q8(const WeightView& W, const float* bias, const float* x, in
       for (int b = 0; b < nb; ++b) {
         int64_t isum = 0;
         for (int i = b * kQ8Block; i < (b + 1) * kQ8Block; ++i)
-          isum += static_cast<int64_t>(codes[static_cast<size_t>(r) * ld + i]) * xq[i];
-        acc += static_cast<double>(isum) * W.scales[static_cast<size_t>(r) * nb + b] * xs[b];
+          isum += static_cast<int64_t>(codes[q8_code_index(r, i, W.cols)]) * xq[i];
+        acc += static_cast<double>(isum) * W.scales[q8_scale_index(r, b, W.cols)] * xs[b];
       }
       y[static_cast<size_t>(t) * W.rows + r] = static_cast<float>(acc);
     }
