@@ -29,6 +29,18 @@ const TensorInfo& WeightReader::checked(const std::string& name, const std::vect
   return t;
 }
 
+// Row-major (rows, cols) into the 8-row panel layout of WeightView::panels (rows % 8 == 0 and
+// cols % 16 == 0: no padding).
+template <class T, class Convert>
+static void to_panels(const float* f, int rows, int cols, T* out, Convert convert) {
+  for (int r = 0; r < rows; ++r)
+    for (int c0 = 0; c0 < cols; c0 += kPanelCols) {
+      T* dst = out + panel_index(r, c0, cols);
+      const float* src = f + static_cast<size_t>(r) * cols + c0;
+      for (int j = 0; j < kPanelCols && c0 + j < cols; ++j) dst[j] = convert(src[j]);
+    }
+}
+
 Matrix WeightReader::slice(const TensorInfo& t, int64_t row0, int rows, int cols) const {
   Matrix m;
   m.rows = rows;
@@ -51,12 +63,19 @@ Matrix WeightReader::slice(const TensorInfo& t, int64_t row0, int rows, int cols
     m.q8.resize(q8_code_count(rows, cols));
     m.q8_scales.resize(q8_scale_count(rows, cols));
     quantize_q8_0_matrix(f.data(), rows, cols, m.q8.data(), m.q8_scales.data());
-  } else if (dtype_ == WeightDType::BF16) {
-    m.dtype = DType::BF16;
-    m.bf16.resize(n);
-    for (size_t i = 0; i < n; ++i) m.bf16[i] = f32_to_bf16(f[i]);
   } else {
-    m.f32 = std::move(f);
+    m.panels = rows % kPanelRows == 0 && cols % kPanelCols == 0;  // no padding, no waste
+    auto store = [&](auto& out, auto convert) {
+      out.resize(n);
+      if (m.panels) to_panels(f.data(), rows, cols, out.data(), convert);
+      else for (size_t i = 0; i < n; ++i) out[i] = convert(f[i]);
+    };
+    if (dtype_ == WeightDType::BF16) {
+      m.dtype = DType::BF16;
+      store(m.bf16, f32_to_bf16);
+    } else {
+      store(m.f32, [](float v) { return v; });
+    }
   }
   return m;
 }

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "base/huge_alloc.h"
 #include "io/safetensors.h"
 #include "kernels/kernels.h"
 
@@ -19,20 +20,24 @@ WeightDType parse_weight_dtype(const std::string& s);
 struct Matrix {
   DType dtype = DType::F32;
   int rows = 0, cols = 0;
-  std::vector<float> f32;
-  std::vector<uint16_t> bf16;
-  std::vector<int8_t> q8;        // dtype I8: q8_0 codes and scales in the panel layout of
-  std::vector<float> q8_scales;  // quantize_q8_0_matrix (tensor/quant.h)
+  // Copied f32/bf16 weights whose shape tiles exactly (rows % 8 == 0, cols % 16 == 0: every real
+  // model's projections) are stored in panels of 8 rows (WeightView::panels); others row-major.
+  bool panels = false;
+  HugeVector<float> f32;
+  HugeVector<uint16_t> bf16;
+  HugeVector<int8_t> q8;        // dtype I8: q8_0 codes and scales in the panel layout of
+  HugeVector<float> q8_scales;  // quantize_q8_0_matrix (tensor/quant.h)
   // Zero-copy: the weights inside the mapped checkpoint (the model keeps the mapping alive).
   const void* mapped = nullptr;
   WeightView view() const {
     if (dtype == DType::I8) return {dtype, q8.data(), rows, cols, q8_scales.data()};
-    const void* data = mapped ? mapped : dtype == DType::BF16 ? static_cast<const void*>(bf16.data()) : f32.data();
-    return {dtype, data, rows, cols};
+    if (mapped) return {dtype, mapped, rows, cols};
+    const void* data = dtype == DType::BF16 ? static_cast<const void*>(bf16.data()) : f32.data();
+    return {dtype, data, rows, cols, nullptr, panels};
   }
   size_t bytes() const {
-    if (dtype == DType::I8) return q8.size() + q8_scales.size() * sizeof(float);
-    return static_cast<size_t>(rows) * cols * (dtype == DType::BF16 ? 2 : 4);
+    if (mapped) return static_cast<size_t>(rows) * cols * (dtype == DType::BF16 ? 2 : 4);
+    return f32.size() * 4 + bf16.size() * 2 + q8.size() + q8_scales.size() * sizeof(float);
   }
 };
 

@@ -160,6 +160,25 @@ TEST_F(Kernels, MatmulMatchesRef) {
                     yf.data());
         EXPECT_LT(rel_err(y.data(), yf.data(), y.n), tol::kQ8VsF32);
       }
+      if (dt != DType::I8) {
+        // The 8-row panel layout of copied weights: bitwise the same result as row-major.
+        std::vector<float> pf(panel_count(c.rows, c.cols), 0.0f);
+        std::vector<uint16_t> pb(pf.size(), 0);
+        for (int r = 0; r < c.rows; ++r)
+          for (int k = 0; k < c.cols; ++k) {
+            pf[panel_index(r, k, c.cols)] = wf[static_cast<size_t>(r) * c.cols + k];
+            pb[panel_index(r, k, c.cols)] = wb[static_cast<size_t>(r) * c.cols + k];
+          }
+        WeightView P = W;
+        P.data = dt == DType::BF16 ? static_cast<const void*>(pb.data()) : pf.data();
+        P.panels = true;
+        Out yp(y.n), yrp(y.n);
+        cpu::matmul(ctx, P, bias.data(), x.data(), c.T, yp.data());
+        ref::matmul(ref_ctx, P, bias.data(), x.data(), c.T, yrp.data());
+        for (size_t i = 0; i < y.n; ++i) ASSERT_EQ(yp.v[i], y.v[i]) << "panels, output " << i;
+        for (size_t i = 0; i < y.n; ++i) ASSERT_EQ(yrp.v[i], yr.v[i]) << "ref panels, output " << i;
+        yp.expect_guard();
+      }
       // Batch invariance: each token alone gives bitwise the same row.
       for (int t = 0; t < c.T; ++t) {
         std::vector<float> one(c.rows);
@@ -358,14 +377,24 @@ TEST_F(Kernels, EmbeddingMatchesRef) {
   for (size_t i = 0; i < E.size(); ++i) Eb[i] = f32_to_bf16(E[i]);
   const int32_t ids[] = {0, 49, 7, 7};
   const Q8Matrix Eq(E, 50, 24);
-  for (DType dt : {DType::F32, DType::BF16, DType::I8}) {
+  std::vector<float> Ep(panel_count(50, 24), 0.0f);
+  for (int r = 0; r < 50; ++r)
+    for (int k = 0; k < 24; ++k) Ep[panel_index(r, k, 24)] = E[static_cast<size_t>(r) * 24 + k];
+  Out plain(4 * 24);
+  for (int variant = 0; variant < 4; ++variant) {
+    const DType dt = variant == 1 ? DType::BF16 : variant == 2 ? DType::I8 : DType::F32;
     WeightView W{dt, dt == DType::BF16 ? static_cast<const void*>(Eb.data()) : E.data(), 50, 24};
     if (dt == DType::I8) W = Eq.view();
+    if (variant == 3) W = WeightView{DType::F32, Ep.data(), 50, 24, nullptr, /*panels=*/true};
     Out o(4 * 24), orf(4 * 24);
     cpu::embedding(W, ids, 4, o.data());
     ref::embedding(W, ids, 4, orf.data());
     for (size_t i = 0; i < o.n; ++i) ASSERT_EQ(o.v[i], orf.v[i]);
     o.expect_guard();
+    if (variant == 0) plain = o;
+    if (variant == 3) {
+      for (size_t i = 0; i < o.n; ++i) ASSERT_EQ(o.v[i], plain.v[i]) << "panel rows are the same rows";
+    }
   }
 }
 

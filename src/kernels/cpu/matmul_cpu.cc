@@ -40,15 +40,19 @@ template <bool kBf16>
 HYBRIDLM_INLINE void rows_generic(const WeightView& W, const float* bias, const float* x, int T, float* y,
                                   int r_begin, int r_end) {
   const int K = W.cols;
+  // Element (r, k): row-major, or in a panel, where 8 consecutive columns starting at a multiple
+  // of 8 are contiguous too.
+  auto at = [&](int r, int k) { return W.panels ? panel_index(r, k, K) : static_cast<size_t>(r) * K + k; };
   for (int r = r_begin; r < r_end; ++r) {
-    const size_t wr = static_cast<size_t>(r) * K;
     for (int t = 0; t < T; ++t) {
       const float* xt = x + static_cast<size_t>(t) * K;
       float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
       int k = 0;
-      for (; k + 8 <= K; k += 8)
-        for (int l = 0; l < 8; ++l) acc[l] += w_at<kBf16>(W.data, wr + k + l) * xt[k + l];
-      for (int l = 0; k < K; ++k, ++l) acc[l] += w_at<kBf16>(W.data, wr + k) * xt[k];
+      for (; k + 8 <= K; k += 8) {
+        const size_t i = at(r, k);
+        for (int l = 0; l < 8; ++l) acc[l] += w_at<kBf16>(W.data, i + l) * xt[k + l];
+      }
+      for (int l = 0; k < K; ++k, ++l) acc[l] += w_at<kBf16>(W.data, at(r, k)) * xt[k];
       float s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
       y[static_cast<size_t>(t) * W.rows + r] = s + (bias ? bias[r] : 0.0f);
     }
@@ -85,14 +89,25 @@ HYBRIDLM_AVX512 inline __attribute__((always_inline)) float reduce16(__m512 v) {
   return lanes[0];
 }
 
+// Where rows r0, r0 + 1, ... of a tile live: element (r0 + j, k) at base + j * rs + (k / 16) * ks
+// + k % 16. Row-major: rs = K, ks = 16; panels: rs = 16, ks = 128 (a tile never crosses a panel:
+// tiles of 8 rows start at multiples of 8, tiles of 4 at multiples of 4).
+struct TileRows {
+  size_t base, rs, ks;
+};
+inline TileRows tile_rows(const WeightView& W, int r0) {
+  if (W.panels) return {panel_index(r0, 0, W.cols), kPanelCols, static_cast<size_t>(kPanelCols) * kPanelRows};
+  return {static_cast<size_t>(r0) * W.cols, static_cast<size_t>(W.cols), kPanelCols};
+}
+
 // One k-step of the tile: RR weight vectors, RT activation vectors, RT x RR FMAs.
 template <bool kBf16, int RT, int RR>
-HYBRIDLM_AVX512 inline __attribute__((always_inline)) void tile_step(const WeightView& W, const float* x, int t0,
-                                                                    int r0, int K, int k, __mmask16 m,
-                                                                    __m512 (&acc)[RT][RR]) {
+HYBRIDLM_AVX512 inline __attribute__((always_inline)) void tile_step(const WeightView& W, const TileRows& wr,
+                                                                    const float* x, int t0, int K, int k,
+                                                                    __mmask16 m, __m512 (&acc)[RT][RR]) {
   __m512 wv[RR];
 #pragma GCC unroll 8
-  for (int r = 0; r < RR; ++r) wv[r] = load_w16<kBf16>(W.data, static_cast<size_t>(r0 + r) * K + k, m);
+  for (int r = 0; r < RR; ++r) wv[r] = load_w16<kBf16>(W.data, wr.base + r * wr.rs + (k / 16) * wr.ks, m);
 #pragma GCC unroll 4
   for (int t = 0; t < RT; ++t) {
     const __m512 xv = _mm512_maskz_loadu_ps(m, x + static_cast<size_t>(t0 + t) * K + k);
@@ -105,6 +120,7 @@ template <bool kBf16, int RT, int RR>
 HYBRIDLM_AVX512 void tile_avx512(const WeightView& W, const float* bias, const float* x, int t0,
                                  int r0, float* y) {
   const int K = W.cols;
+  const TileRows wr = tile_rows(W, r0);
   __m512 acc[RT][RR];
 #pragma GCC unroll 4
   for (int t = 0; t < RT; ++t)
@@ -112,8 +128,8 @@ HYBRIDLM_AVX512 void tile_avx512(const WeightView& W, const float* bias, const f
     for (int r = 0; r < RR; ++r) acc[t][r] = _mm512_setzero_ps();
   // Full 16-lane steps, then one masked step for the tail: the same per-lane order either way.
   int k = 0;
-  for (; k + 16 <= K; k += 16) tile_step<kBf16, RT, RR>(W, x, t0, r0, K, k, static_cast<__mmask16>(0xffff), acc);
-  if (k < K) tile_step<kBf16, RT, RR>(W, x, t0, r0, K, k, static_cast<__mmask16>((1u << (K - k)) - 1), acc);
+  for (; k + 16 <= K; k += 16) tile_step<kBf16, RT, RR>(W, wr, x, t0, K, k, static_cast<__mmask16>(0xffff), acc);
+  if (k < K) tile_step<kBf16, RT, RR>(W, wr, x, t0, K, k, static_cast<__mmask16>((1u << (K - k)) - 1), acc);
   for (int t = 0; t < RT; ++t)
     for (int r = 0; r < RR; ++r)
       y[static_cast<size_t>(t0 + t) * W.rows + r0 + r] = reduce16(acc[t][r]) + (bias ? bias[r0 + r] : 0.0f);
@@ -125,15 +141,16 @@ HYBRIDLM_AVX512 void tile_avx512(const WeightView& W, const float* bias, const f
 template <bool kBf16>
 HYBRIDLM_AVX512 void tile_4x4(const WeightView& W, const float* bias, const float* x, int t0, int r0, float* y) {
   const int K = W.cols;
-  const size_t w0 = static_cast<size_t>(r0) * K, w1 = w0 + K, w2 = w1 + K, w3 = w2 + K;
+  const TileRows wr = tile_rows(W, r0);
+  const size_t w0 = wr.base, w1 = w0 + wr.rs, w2 = w1 + wr.rs, w3 = w2 + wr.rs;
   const float* x0 = x + static_cast<size_t>(t0) * K;
   const float *x1 = x0 + K, *x2 = x1 + K, *x3 = x2 + K;
   __m512 a00 = _mm512_setzero_ps(), a01 = a00, a02 = a00, a03 = a00, a10 = a00, a11 = a00, a12 = a00, a13 = a00;
   __m512 a20 = a00, a21 = a00, a22 = a00, a23 = a00, a30 = a00, a31 = a00, a32 = a00, a33 = a00;
-  for (int k = 0; k < K; k += 16) {
+  for (size_t k = 0, kw = 0; k < static_cast<size_t>(K); k += 16, kw += wr.ks) {
     const __mmask16 m = K - k >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << (K - k)) - 1);
-    const __m512 v0 = load_w16<kBf16>(W.data, w0 + k, m), v1 = load_w16<kBf16>(W.data, w1 + k, m);
-    const __m512 v2 = load_w16<kBf16>(W.data, w2 + k, m), v3 = load_w16<kBf16>(W.data, w3 + k, m);
+    const __m512 v0 = load_w16<kBf16>(W.data, w0 + kw, m), v1 = load_w16<kBf16>(W.data, w1 + kw, m);
+    const __m512 v2 = load_w16<kBf16>(W.data, w2 + kw, m), v3 = load_w16<kBf16>(W.data, w3 + kw, m);
     __m512 xv = _mm512_maskz_loadu_ps(m, x0 + k);
     a00 = _mm512_fmadd_ps(v0, xv, a00), a01 = _mm512_fmadd_ps(v1, xv, a01);
     a02 = _mm512_fmadd_ps(v2, xv, a02), a03 = _mm512_fmadd_ps(v3, xv, a03);
@@ -157,20 +174,21 @@ HYBRIDLM_AVX512 void tile_4x4(const WeightView& W, const float* bias, const floa
 template <bool kBf16>
 HYBRIDLM_AVX512 void tile_1x8(const WeightView& W, const float* bias, const float* x, int t0, int r0, float* y) {
   const int K = W.cols;
-  const size_t w0 = static_cast<size_t>(r0) * K;
+  const TileRows wr = tile_rows(W, r0);
+  const size_t w0 = wr.base, rs = wr.rs;
   const float* xt = x + static_cast<size_t>(t0) * K;
   __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
-  for (int k = 0; k < K; k += 16) {
+  for (size_t k = 0, kw = w0; k < static_cast<size_t>(K); k += 16, kw += wr.ks) {
     const __mmask16 m = K - k >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << (K - k)) - 1);
     const __m512 xv = _mm512_maskz_loadu_ps(m, xt + k);
-    a0 = _mm512_fmadd_ps(load_w16<kBf16>(W.data, w0 + k, m), xv, a0);
-    a1 = _mm512_fmadd_ps(load_w16<kBf16>(W.data, w0 + K + k, m), xv, a1);
-    a2 = _mm512_fmadd_ps(load_w16<kBf16>(W.data, w0 + 2 * K + k, m), xv, a2);
-    a3 = _mm512_fmadd_ps(load_w16<kBf16>(W.data, w0 + 3 * K + k, m), xv, a3);
-    a4 = _mm512_fmadd_ps(load_w16<kBf16>(W.data, w0 + 4 * K + k, m), xv, a4);
-    a5 = _mm512_fmadd_ps(load_w16<kBf16>(W.data, w0 + 5 * K + k, m), xv, a5);
-    a6 = _mm512_fmadd_ps(load_w16<kBf16>(W.data, w0 + 6 * K + k, m), xv, a6);
-    a7 = _mm512_fmadd_ps(load_w16<kBf16>(W.data, w0 + 7 * K + k, m), xv, a7);
+    a0 = _mm512_fmadd_ps(load_w16<kBf16>(W.data, kw, m), xv, a0);
+    a1 = _mm512_fmadd_ps(load_w16<kBf16>(W.data, kw + rs, m), xv, a1);
+    a2 = _mm512_fmadd_ps(load_w16<kBf16>(W.data, kw + 2 * rs, m), xv, a2);
+    a3 = _mm512_fmadd_ps(load_w16<kBf16>(W.data, kw + 3 * rs, m), xv, a3);
+    a4 = _mm512_fmadd_ps(load_w16<kBf16>(W.data, kw + 4 * rs, m), xv, a4);
+    a5 = _mm512_fmadd_ps(load_w16<kBf16>(W.data, kw + 5 * rs, m), xv, a5);
+    a6 = _mm512_fmadd_ps(load_w16<kBf16>(W.data, kw + 6 * rs, m), xv, a6);
+    a7 = _mm512_fmadd_ps(load_w16<kBf16>(W.data, kw + 7 * rs, m), xv, a7);
   }
   const __m512 acc[8] = {a0, a1, a2, a3, a4, a5, a6, a7};
   for (int r = 0; r < 8; ++r)
@@ -427,9 +445,9 @@ void matmul(const KernelContext& ctx, const WeightView& W, const float* bias, co
   if (W.dtype == DType::I8) return matmul_q8(ctx, W, bias, x, T, y);
   const bool bf16 = W.dtype == DType::BF16;
   const SimdPath path = simd_path();
-  auto run = [&](size_t tb, size_t te) {
-    const int rb = static_cast<int>(tb) * kTileR;
-    const int re = std::min(W.rows, static_cast<int>(te) * kTileR);
+  auto run = [&](size_t pb, size_t pe) {  // whole 8-row panels (tiles never cross one)
+    const int rb = static_cast<int>(pb) * kPanelRows;
+    const int re = std::min(W.rows, static_cast<int>(pe) * kPanelRows);
     // Token blocks keep the activations a thread re-reads for every row tile in L2 (a long
     // prompt's x is several MiB); the order of each dot product is unchanged.
     for (int t0 = 0; t0 < T; t0 += kTokenBlock) {
@@ -444,9 +462,9 @@ void matmul(const KernelContext& ctx, const WeightView& W, const float* bias, co
         bf16 ? rows_portable<true>(W, bias, xb, nt, yb, rb, re) : rows_portable<false>(W, bias, xb, nt, yb, rb, re);
     }
   };
-  const size_t n_tiles = (static_cast<size_t>(W.rows) + kTileR - 1) / kTileR;
-  if (ctx.pool) ctx.pool->parallel_for(n_tiles, run, 4);
-  else run(0, n_tiles);
+  const size_t n_panels = (static_cast<size_t>(W.rows) + kPanelRows - 1) / kPanelRows;
+  if (ctx.pool) ctx.pool->parallel_for(n_panels, run, 2);
+  else run(0, n_panels);
 }
 
 }  // namespace hybridlm::cpu

@@ -16,7 +16,7 @@ static float weight_at(const WeightView& W, int r, int c) {
     const int8_t code = static_cast<const int8_t*>(W.data)[q8_code_index(r, c, W.cols)];
     return static_cast<float>(code) * W.scales[q8_scale_index(r, c / kQ8Block, W.cols)];
   }
-  size_t i = static_cast<size_t>(r) * W.cols + c;
+  const size_t i = W.panels ? panel_index(r, c, W.cols) : static_cast<size_t>(r) * W.cols + c;
   if (W.dtype == DType::BF16) return bf16_to_f32(static_cast<const uint16_t*>(W.data)[i]);
   return static_cast<const float*>(W.data)[i];
 }
