@@ -208,7 +208,16 @@ void Tokenizer::Impl::load_post_processor(const json& j) {
       } else if (item.contains("SpecialToken")) {
         const std::string name = item["SpecialToken"].value("id", "");
         if (specials.contains(name) && specials[name].contains("ids")) {
-          t.ids = specials[name]["ids"].get<std::vector<int32_t>>();
+          // Each id is checked before conversion: nlohmann's get<int32_t> on a float or an
+          // out-of-range number is an unchecked (undefined) cast (found by fuzz_tokenizer_load).
+          const json& ids = specials[name]["ids"];
+          if (!ids.is_array()) throw Error(file + ": special token \"" + name + "\" ids is not an array");
+          for (const json& v : ids) {
+            if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > kMaxTokenId)
+              throw Error(file + ": special token \"" + name + "\" has an id that is not an integer in [0, " +
+                          std::to_string(kMaxTokenId) + "]: " + v.dump().substr(0, 40));
+            t.ids.push_back(static_cast<int32_t>(v.get<int64_t>()));
+          }
         } else if (const auto id = lookup(name)) {
           t.ids = {*id};
         } else {

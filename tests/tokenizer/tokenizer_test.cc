@@ -255,6 +255,24 @@ TEST(TokenizerAdded, TemplateProcessingAddsBos) {
   EXPECT_EQ(tok.encode(""), (Ids{2003}));
 }
 
+TEST(TokenizerAdded, TemplateSpecialTokenIdsMustBeTokenIds) {
+  // Found by fuzz_tokenizer_load: "ids": [2092233720368547758070] (parsed as a double) reached
+  // nlohmann's get<int32_t>, an undefined float-to-int cast. Input kept in fuzz/regressions/.
+  for (const json& bad : {json{2.092233720368547758e21}, json{1.5}, json{-1}, json{"3"}, json{1 << 23}, json(7)}) {
+    SCOPED_TRACE(bad.dump());
+    json j = with_added_tokens(byte_level_tokenizer(kMerges, false));
+    j["post_processor"] = {{"type", "TemplateProcessing"},
+                           {"single", {{{"SpecialToken", {{"id", "<|bos|>"}, {"type_id", 0}}}}}},
+                           {"special_tokens", {{"<|bos|>", {{"id", "<|bos|>"}, {"ids", bad}}}}}};
+    try {
+      load_json(j);
+      FAIL() << "expected an error";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("special token \"<|bos|>\""), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(TokenizerAdded, ConfigGivesBosEosAndAddBosToken) {
   const json j = with_added_tokens(byte_level_tokenizer(kMerges, false));
   const Tokenizer plain = load_json(j);
