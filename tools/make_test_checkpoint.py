@@ -300,6 +300,9 @@ PRESETS = {
     "mamba2-130m": lambda: mamba2_config(768, 24, 50288, 24, 64, 128, 1, tie=True),
     # state-spaces/mamba2-1.3b, same form
     "mamba2-1.3b": lambda: mamba2_config(2048, 48, 50288, 64, 64, 128, 1, tie=True),
+    # A hybrid at mamba2-130m's shape for benchmarks: every 4th layer GQA attention + SwiGLU MLP.
+    "hybrid-130m": lambda: hybridlm_config(768, 50288, ["m2", "m2", "m2", "t"] * 6, d_state=128, head_dim=64,
+                                           chunk=64, heads=12, kv_heads=4, d_ff=2048, tie=True),
     # mistralai/Mamba-Codestral-7B-v0.1 (bos/eos follow the Mistral tokenizer; unverified)
     "codestral": lambda: mamba2_config(4096, 64, 32768, 128, 64, 128, 8, tie=False,
                                        bos=1, eos=2, pad=0),

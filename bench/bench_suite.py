@@ -1,0 +1,174 @@
+#!/usr/bin/env python3
+"""The benchmark suite of docs/benchmarks.md: `hybridlm bench --json` over random-weight checkpoints
+with the shapes of real models, every weight dtype, plus two sweeps (prompt length, decode batch).
+
+It writes the figures between the `<!-- bench-suite:begin -->` / `<!-- bench-suite:end -->`
+markers of docs/benchmarks.md, the raw results to docs/bench/results.json and the plot to
+docs/bench/throughput.svg. Every figure comes with the baselines `hybridlm bench` measures in the
+same run (read bandwidth, FP32 FMA peak), so a slow machine shows as a slow baseline.
+
+Weights are read into memory (the default of `hybridlm bench`): the memory-reclaim daemon of our
+VMs pages out mapped files mid-run. Checkpoints are made once with tools/make_test_checkpoint.py.
+
+usage: bench/bench_suite.py [--exe build/hybridlm] [--models build/bench_models] [-t 2] [-r 3]
+                            [--large] [--quick] [--no-docs]
+"""
+import argparse
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DOC = os.path.join(ROOT, "docs", "benchmarks.md")
+OUT_DIR = os.path.join(ROOT, "docs", "bench")
+DTYPES = ["f32", "bf16", "q8_0"]
+COLORS = {"f32": "#1f77b4", "bf16": "#ff7f0e", "q8_0": "#2ca02c"}
+
+
+def make_model(models, preset):
+    out = os.path.join(models, preset)
+    if not os.path.exists(os.path.join(out, "config.json")):
+        print(f"making {preset} in {out} ...", file=sys.stderr, flush=True)
+        subprocess.run([sys.executable, os.path.join(ROOT, "tools", "make_test_checkpoint.py"), "--preset", preset,
+                        "--out", out, "--seed", "1"], check=True)
+    return out
+
+
+def bench(exe, model, dtype, threads, reps, p, n, batch=1):
+    cmd = [exe, "bench", "-m", model, "--dtype", dtype, "-t", str(threads), "-r", str(reps), "-p", str(p),
+           "-n", str(n), "--batch", str(batch), "--json"]
+    print("  " + " ".join(cmd[1:]), file=sys.stderr, flush=True)
+    res = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    return json.loads(res.stdout)
+
+
+def fmt_rate(r):
+    if r["test"].startswith("pp"):
+        return f"{r['gflops']:.0f} GFLOP/s ({100 * r['gflops'] / r['peak_gflops']:.0f}% of {r['peak_gflops']:.0f})"
+    return f"{r['gbps']:.1f} GB/s ({100 * r['gbps'] / r['peak_gbps']:.0f}% of {r['peak_gbps']:.1f})"
+
+
+def svg_panel(x0, y0, w, h, title, xlabel, ylabel, series):
+    """One log2-x line chart: series = {label: [(x, y), ...]}."""
+    xs = sorted({x for pts in series.values() for x, _ in pts})
+    ymax = max(y for pts in series.values() for _, y in pts) * 1.1
+    lx = lambda x: (xs.index(x) / max(1, len(xs) - 1))  # even spacing of the measured x values
+    px = lambda x: x0 + 50 + lx(x) * (w - 70)
+    py = lambda y: y0 + h - 40 - y / ymax * (h - 70)
+    out = [f'<text x="{x0 + w / 2}" y="{y0 + 18}" text-anchor="middle" font-size="14">{title}</text>',
+           f'<line x1="{x0 + 50}" y1="{y0 + h - 40}" x2="{x0 + w - 20}" y2="{y0 + h - 40}" stroke="black"/>',
+           f'<line x1="{x0 + 50}" y1="{y0 + 30}" x2="{x0 + 50}" y2="{y0 + h - 40}" stroke="black"/>',
+           f'<text x="{x0 + w / 2}" y="{y0 + h - 8}" text-anchor="middle" font-size="12">{xlabel}</text>',
+           f'<text x="{x0 + 12}" y="{y0 + h / 2}" text-anchor="middle" font-size="12" '
+           f'transform="rotate(-90 {x0 + 12} {y0 + h / 2})">{ylabel}</text>']
+    for x in xs:
+        out.append(f'<text x="{px(x):.1f}" y="{y0 + h - 26}" text-anchor="middle" font-size="10">{x}</text>')
+    for i in range(5):
+        y = ymax * i / 4
+        out.append(f'<text x="{x0 + 46}" y="{py(y) + 3:.1f}" text-anchor="end" font-size="10">{y:.0f}</text>')
+        out.append(f'<line x1="{x0 + 50}" y1="{py(y):.1f}" x2="{x0 + w - 20}" y2="{py(y):.1f}" stroke="#ddd"/>')
+    for k, (label, pts) in enumerate(series.items()):
+        color = COLORS.get(label.split()[0], "#555")
+        pts = sorted(pts)
+        path = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in pts)
+        out.append(f'<polyline points="{path}" fill="none" stroke="{color}" stroke-width="2"/>')
+        for x, y in pts:
+            out.append(f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="3" fill="{color}"/>')
+        out.append(f'<text x="{x0 + 60}" y="{y0 + 40 + 14 * k}" font-size="11" fill="{color}">{label}</text>')
+    return out
+
+
+def write_svg(path, prompt_sweep, batch_sweep, model, threads):
+    w, h = 460, 320
+    body = svg_panel(0, 0, w, h, f"prefill, {model}, {threads} threads", "prompt tokens", "tokens/s", prompt_sweep)
+    body += svg_panel(w, 0, w, h, f"decode, {model}, {threads} threads", "sequences decoding together",
+                      "tokens/s (all sequences)", batch_sweep)
+    svg = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{2 * w}" height="{h}" font-family="sans-serif">',
+           '<rect width="100%" height="100%" fill="white"/>'] + body + ["</svg>"]
+    with open(path, "w") as f:
+        f.write("\n".join(svg) + "\n")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--exe", default=os.path.join(ROOT, "build", "hybridlm"))
+    ap.add_argument("--models", default=os.path.join(ROOT, "build", "bench_models"))
+    ap.add_argument("-t", "--threads", type=int, default=2)
+    ap.add_argument("-r", "--reps", type=int, default=3)
+    ap.add_argument("--large", action="store_true", help="also the 1.3B/1.4B shapes (5.6 GB checkpoints each)")
+    ap.add_argument("--quick", action="store_true", help="-p 128 -n 32 and shorter sweeps (a smoke run)")
+    ap.add_argument("--no-docs", action="store_true", help="print, but leave docs/ as it is")
+    args = ap.parse_args()
+    p, n = (128, 32) if args.quick else (512, 128)
+    presets = ["mamba-130m", "mamba2-130m", "hybrid-130m"] + (["mamba-1.4b", "mamba2-1.3b"] if args.large else [])
+
+    rows = []
+    for preset in presets:
+        model = make_model(args.models, preset)
+        for dt in DTYPES:
+            for r in bench(args.exe, model, dt, args.threads, args.reps, p, n):
+                r["preset"] = preset
+                rows.append(r)
+
+    sweep_model = make_model(args.models, "mamba2-130m")
+    lengths = [64, 128, 256] if args.quick else [64, 128, 256, 512, 1024, 2048]
+    batches = [1, 4, 16] if args.quick else [1, 2, 4, 8, 16, 32]
+    prompt_sweep, batch_sweep, sweep_rows = {}, {}, []
+    for dt in DTYPES:
+        for L in lengths:
+            r = bench(args.exe, sweep_model, dt, args.threads, args.reps, L, 1)[0]
+            prompt_sweep.setdefault(dt, []).append((L, r["tokens_per_second"]))
+            sweep_rows.append(dict(r, preset="mamba2-130m", sweep="prompt"))
+        for B in batches:
+            r = bench(args.exe, sweep_model, dt, args.threads, args.reps, 16, 32 if args.quick else 64, B)[1]
+            batch_sweep.setdefault(dt, []).append((B, r["tokens_per_second"]))
+            sweep_rows.append(dict(r, preset="mamba2-130m", sweep="batch"))
+
+    lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+    cpu = next((l.split(":", 1)[1].strip() for l in lscpu.splitlines() if l.startswith("Model name")), "?")
+    commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True).stdout.strip()
+    when = datetime.date.today().isoformat()
+    md = [f"Generated by `python3 bench/bench_suite.py -t {args.threads} -r {args.reps}"
+          f"{' --large' if args.large else ''}{' --quick' if args.quick else ''}` on {when}, commit {commit}, "
+          f"{cpu}, {os.cpu_count()} CPUs, {platform.system()} {platform.release()}. Mean ± standard deviation "
+          f"over {args.reps} runs after a warm-up. Rates are against the machine's read bandwidth and FP32 FMA "
+          "peak measured in the same process (tg: weight bytes read per step; pp: 2 x projection "
+          "parameters per token).", "",
+          "| model (random weights) | dtype | weights | test | tokens/s | achieved (of the same-run peak) |",
+          "|---|---|---|---|---|---|"]
+    for r in rows:
+        md.append(f"| {r['preset']} | {r['dtype']} | {r['weight_bytes'] / 1e6:.0f} MB | {r['test']} | "
+                  f"{r['tokens_per_second']:.1f} ± {r['stddev']:.1f} | {fmt_rate(r)} |")
+    md += ["", f"Sweeps on mamba2-130m ({args.threads} threads): prefill tokens/s by prompt length, and aggregate "
+           "decode tokens/s by the number of sequences decoding together (each step reads the weights once "
+           "for all of them).", "", "| dtype | " + " | ".join(f"pp{L}" for L in lengths) + " | " +
+           " | ".join(f"tg x{B}" for B in batches) + " |", "|---" * (1 + len(lengths) + len(batches)) + "|"]
+    for dt in DTYPES:
+        md.append(f"| {dt} | " + " | ".join(f"{y:.0f}" for _, y in sorted(prompt_sweep[dt])) + " | " +
+                  " | ".join(f"{y:.0f}" for _, y in sorted(batch_sweep[dt])) + " |")
+    md += ["", "![tokens/s vs prompt length and vs batch size](bench/throughput.svg)"]
+    text = "\n".join(md)
+    print(text)
+    if args.no_docs:
+        return
+    os.makedirs(OUT_DIR, exist_ok=True)
+    with open(os.path.join(OUT_DIR, "results.json"), "w") as f:
+        json.dump({"date": when, "commit": commit, "cpu": cpu, "threads": args.threads, "rows": rows,
+                   "sweeps": sweep_rows}, f, indent=1)
+    write_svg(os.path.join(OUT_DIR, "throughput.svg"), prompt_sweep, batch_sweep, "mamba2-130m", args.threads)
+    doc = open(DOC).read()
+    begin, end = "<!-- bench-suite:begin -->", "<!-- bench-suite:end -->"
+    if begin not in doc or end not in doc:
+        sys.exit(f"{DOC}: markers {begin} / {end} not found")
+    head, rest = doc.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    with open(DOC, "w") as f:
+        f.write(head + begin + "\n" + text + "\n" + end + tail)
+
+
+if __name__ == "__main__":
+    main()
