@@ -1,7 +1,8 @@
-// An allocator for large, long-lived buffers (weights in memory): blocks of 2 MiB or more are
-// 2 MiB-aligned and marked MADV_HUGEPAGE, so a decode step that streams hundreds of MB through
-// the matmuls takes few TLB misses (many systems set transparent huge pages to "madvise", where
-// plain allocations never get them). Smaller blocks come from operator new.
+// An allocator for large, long-lived buffers (weights in memory): blocks of 2 MiB or more start
+// on a 2 MiB boundary and are marked MADV_HUGEPAGE, so a decode step that streams hundreds of MB
+// through the matmuls takes few TLB misses (many systems set transparent huge pages to
+// "madvise", where plain allocations never get them). The size is not rounded up (no 2 MiB of
+// slack per matrix). Smaller blocks come from operator new.
 #pragma once
 
 #include <sys/mman.h>
@@ -25,10 +26,9 @@ struct HugePageAllocator {
   T* allocate(size_t n) {
     const size_t bytes = n * sizeof(T);
     if (bytes < kHuge) return static_cast<T*>(::operator new(bytes));
-    const size_t rounded = (bytes + kHuge - 1) / kHuge * kHuge;
-    void* p = std::aligned_alloc(kHuge, rounded);
-    if (!p) throw std::bad_alloc();
-    madvise(p, rounded, MADV_HUGEPAGE);  // a hint: failure (no THP support) only costs speed
+    void* p = nullptr;
+    if (posix_memalign(&p, kHuge, bytes) != 0) throw std::bad_alloc();
+    madvise(p, bytes, MADV_HUGEPAGE);  // a hint: failure (no THP support) only costs speed
     return static_cast<T*>(p);
   }
   void deallocate(T* p, size_t n) {

@@ -56,8 +56,9 @@ Matrix WeightReader::slice(const TensorInfo& t, int64_t row0, int rows, int cols
   }
   std::vector<float> f(n);
   t.to_f32(f.data(), first, n);  // only this slice (an expert of a stacked tensor)
-  // q8_0 only where a row is whole 64-code steps: a narrow matrix (a LoRA adapter, Mamba-1's
-  // dt_proj with dt_rank 48) would grow with the padding, and is too small to matter; it stays f32.
+  // q8_0 only where a row is whole 64-code steps: a narrow matrix (Mamba-1's dt_proj at dt_rank
+  // 48, a tiny test model's LoRA adapter) would grow with the padding, and is too small to
+  // matter; it stays f32.
   if (dtype_ == WeightDType::Q8_0 && cols % 64 == 0) {
     m.dtype = DType::I8;
     m.q8.resize(q8_code_count(rows, cols));

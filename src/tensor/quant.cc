@@ -11,20 +11,24 @@ void quantize_q8_0_row(const float* x, int n, int8_t* codes, float* scales) {
   for (int b0 = 0; b0 < stride; b0 += kQ8Block) {
     const int end = b0 + kQ8Block < n ? b0 + kQ8Block : n;
     float amax = 0.0f;
-    for (int c = b0; c < end; ++c) amax = std::fmax(amax, std::fabs(x[c]));  // fmax drops a NaN
+    bool nan = false;
+    for (int c = b0; c < end; ++c) {
+      nan |= x[c] != x[c];
+      amax = std::fmax(amax, std::fabs(x[c]));  // fmax skips a NaN
+    }
     const float d = amax / 127.0f;
-    const float inv = d > 0.0f ? 1.0f / d : 0.0f;
-    scales[b0 / kQ8Block] = d;
+    // A NaN in the block makes its scale NaN, so the products carry it (as f32 weights would).
+    scales[b0 / kQ8Block] = nan ? std::nanf("") : d;
     for (int c = b0; c < b0 + kQ8Block; ++c) {
-      if (c >= end) {
+      if (c >= end || !(d > 0.0f) || x[c] != x[c]) {  // padding, an all-zero (or denormal) block, NaN
         codes[c] = 0;
         continue;
       }
-      float v = x[c] * inv;
+      // A division, not x * (1 / d): 1 / d overflows for blocks below ~4e-37. |x / d| <= 127 up
+      // to rounding; clamp anyway. nearbyint rounds half to even in the default mode.
+      float v = x[c] / d;
       v = v > 127.0f ? 127.0f : v < -127.0f ? -127.0f : v;
-      // nearbyint rounds half to even in the default mode, as the SIMD conversion would; a NaN
-      // (only from a NaN weight or activation) becomes code 0, never an undefined conversion.
-      codes[c] = v == v ? static_cast<int8_t>(std::nearbyint(v)) : 0;
+      codes[c] = static_cast<int8_t>(std::nearbyint(v));
     }
   }
 }

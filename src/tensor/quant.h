@@ -1,6 +1,7 @@
 // q8_0: the 8-bit block format of the weights in memory (`--dtype q8_0`) and of the activations a
 // q8_0 matmul multiplies them with. A row of n values is cut into blocks of 32; each block stores
-// 32 int8 codes q in [-127, 127] and one f32 scale d = max|x| / 127, and represents q * d.
+// 32 int8 codes q in [-127, 127] and one f32 scale d = max|x| / 127, and represents q * d
+// (a block holding a NaN gets a NaN scale, so a NaN propagates as through f32 weights).
 // Rows are padded with zero codes to a multiple of 64 (two blocks: one 512-bit register), so that
 // a kernel never handles a partial block.
 #pragma once
@@ -43,7 +44,7 @@ inline size_t q8_scale_index(int r, int b, int cols) {
 void quantize_q8_0_matrix(const float* w, int rows, int cols, int8_t* codes, float* scales);
 
 // Quantizes x[0, n) into q8_row_stride(n) codes and q8_row_blocks(n) scales (the padding gets
-// zero codes). Within a block: d = amax / 127, code = round-half-even(x * (1 / d)), 0 codes and a
+// zero codes). Within a block: d = amax / 127, code = round-half-even(x / d), 0 codes and a
 // zero scale for an all-zero block. Deterministic and the same on every CPU path (the matmul's
 // reference quantizes its activations with this very function).
 void quantize_q8_0_row(const float* x, int n, int8_t* codes, float* scales);

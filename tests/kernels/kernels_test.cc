@@ -111,14 +111,28 @@ TEST(Q8, QuantizeRoundTripsWithinHalfAStep) {
     ASSERT_LE(std::fabs(back[c] - x[c]), 0.5f * d[c / 32] * 1.0001f) << c;
   }
   EXPECT_EQ(back[3], 0.0f);
-  // An all-zero block has scale 0 and codes 0; a NaN becomes code 0 (never UB), the rest of its
-  // block is still quantized against the finite values.
+  // A NaN becomes code 0 (never an undefined conversion) and its block's scale NaN, so it
+  // propagates through a matmul as it would with f32 weights; the other codes are quantized
+  // against the finite values.
   std::vector<float> z(32, 0.0f);
   z[5] = std::nanf("");
   z[6] = 1.0f;
   quantize_q8_0_row(z.data(), 32, q.data(), d.data());
   EXPECT_EQ(q[5], 0);
   EXPECT_EQ(q[6], 127);
+  EXPECT_EQ(q[0], 0);
+  EXPECT_TRUE(std::isnan(d[0]));
+  // A tiny block (1 / d would overflow) still gets exact codes; an all-zero block scale 0.
+  std::vector<float> tiny(32, 0.0f);
+  tiny[0] = 1e-38f;
+  tiny[1] = -2.5e-39f;
+  quantize_q8_0_row(tiny.data(), 32, q.data(), d.data());
+  EXPECT_EQ(q[0], 127);
+  EXPECT_EQ(q[1], -32);  // -31.75
+  EXPECT_EQ(q[2], 0);
+  std::vector<float> zeros(32, 0.0f);
+  quantize_q8_0_row(zeros.data(), 32, q.data(), d.data());
+  EXPECT_EQ(d[0], 0.0f);
   EXPECT_EQ(q[0], 0);
 }
 

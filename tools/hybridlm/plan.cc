@@ -23,7 +23,8 @@ size_t dtype_bytes(const std::string& flag, const std::string& v) {
 }
 
 // Bytes per weight-matrix parameter in memory; q8_0 stores 32 int8 codes and an f32 scale per
-// block (rows padded to 64 codes, ignored here).
+// block (padding to 64 codes and 8 rows, and the narrow matrices that stay f32, ignored here:
+// an estimate a little low).
 double weight_dtype_bytes(const std::string& v) {
   if (v == "q8_0") return (kQ8Block + 4.0) / kQ8Block;
   try {

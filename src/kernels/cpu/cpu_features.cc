@@ -1,5 +1,6 @@
 #include "kernels/cpu/cpu_features.h"
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -20,8 +21,12 @@ static SimdPath detect() {
   const SimdPath best = best_supported();
   const char* env = std::getenv("HYBRIDLM_CPU_PATH");
   SimdPath want = best;
-  if (env && std::strcmp(env, "portable") == 0) want = SimdPath::Portable;
-  else if (env && std::strcmp(env, "avx2") == 0) want = SimdPath::Avx2;
+  if (env && *env) {
+    if (std::strcmp(env, "portable") == 0) want = SimdPath::Portable;
+    else if (std::strcmp(env, "avx2") == 0) want = SimdPath::Avx2;
+    else if (std::strcmp(env, "avx512") == 0) want = SimdPath::Avx512;
+    else std::fprintf(stderr, "warning: HYBRIDLM_CPU_PATH=%s is not avx512, avx2 or portable; ignored\n", env);
+  }
   return static_cast<int>(want) < static_cast<int>(best) ? want : best;
 }
 
