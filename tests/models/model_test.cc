@@ -66,6 +66,20 @@ std::vector<float> cache_contents(Engine& e, int s) {
   return out;
 }
 
+// Logits of a fresh sequence: prefill of ids[0, k), then one decode step per remaining id.
+std::vector<float> prefill_then_decode(Engine& e, std::span<const int32_t> ids, int k) {
+  const int s = e.new_sequence();
+  std::vector<float> got = e.prefill(s, ids.first(k), true);
+  for (size_t t = k; t < ids.size(); ++t) {
+    const BatchRun run{s, 1};
+    const int row = 0;
+    std::span<const float> l = e.step(ids.subspan(t, 1), std::span(&run, 1), std::span(&row, 1));
+    got.insert(got.end(), l.begin(), l.end());
+  }
+  e.free_sequence(s);
+  return got;
+}
+
 class ModelInvariants : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(ModelInvariants, DecodeEqualsPrefillAtEverySplit) {
@@ -77,15 +91,7 @@ TEST_P(ModelInvariants, DecodeEqualsPrefillAtEverySplit) {
   e.free_sequence(s0);
   for (int k = 1; k < T; ++k) {
     SCOPED_TRACE("k=" + std::to_string(k));
-    const int s = e.new_sequence();
-    std::vector<float> got = e.prefill(s, std::span(ids).first(k), true);
-    for (int t = k; t < T; ++t) {
-      const BatchRun run{s, 1};
-      const int row = 0;
-      std::span<const float> l = e.step(std::span(ids).subspan(t, 1), std::span(&run, 1), std::span(&row, 1));
-      got.insert(got.end(), l.begin(), l.end());
-    }
-    e.free_sequence(s);
+    const std::vector<float> got = prefill_then_decode(e, ids, k);
     ASSERT_LT(rel_err(got.data(), full.data(), full.size()), tol::kDecodeVsPrefill);
   }
 }
@@ -396,16 +402,7 @@ TEST_P(ModelInvariants, Q8WeightsTrackF32) {
   std::printf("%s: q8_0 vs f32 logits %.2e\n", GetParam(), err);
   EXPECT_LT(err, tol::kQ8Model);
   EXPECT_NE(got, want) << "q8_0 should round something";
-  const int k = 11;
-  const int s = q8.new_sequence();
-  std::vector<float> split = q8.prefill(s, std::span(ids).first(k), true);
-  for (int t = k; t < T; ++t) {
-    const BatchRun run{s, 1};
-    const int row = 0;
-    std::span<const float> l = q8.step(std::span(ids).subspan(t, 1), std::span(&run, 1), std::span(&row, 1));
-    split.insert(split.end(), l.begin(), l.end());
-  }
-  q8.free_sequence(s);
+  const std::vector<float> split = prefill_then_decode(q8, ids, 11);
   const double split_err = rel_err(split.data(), got.data(), got.size());
   std::printf("%s: q8_0 prefill+decode vs full %.2e\n", GetParam(), split_err);
   EXPECT_LT(split_err, tol::kQ8DecodeVsPrefill);
