@@ -5,9 +5,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 pkgs=(build-essential cmake ninja-build ccache pkg-config
-      libpcre2-dev nlohmann-json3-dev libcli11-dev libgtest-dev libopenblas-dev
+      libpcre2-dev nlohmann-json3-dev libcli11-dev libgtest-dev libopenblas-dev libdnnl-dev
       python3 python3-numpy
-      clang libclang-rt-14-dev)  # clang + its libFuzzer/sanitizer runtimes: scripts/fuzz.sh
+      clang libclang-rt-14-dev)  # OpenBLAS, oneDNN: only bench/gemm_bench.cc (the GEMM comparison). clang + its libFuzzer/sanitizer runtimes: scripts/fuzz.sh
 command -v node >/dev/null 2>&1 || pkgs+=(nodejs npm)
 
 missing=()

@@ -149,6 +149,8 @@ TEST_F(Kernels, MatmulMatchesRef) {
       {"cols not a multiple of 16", 3, 9, 100},
       {"single column", 4, 7, 1},
       {"tokens not a multiple of the tile", 17, 33, 64},
+      {"prefill GEMM: several register tiles, rows and cols ragged", 77, 70, 200},
+      {"prefill GEMM: more tokens than one packed block", 300, 40, 33},
   };
   for (const auto& c : cases) {
     for (DType dt : {DType::F32, DType::BF16, DType::I8}) {

@@ -19,6 +19,7 @@
 
 #include "base/thread_pool.h"
 #include "kernels/cpu/cpu_common.h"
+#include "kernels/cpu/gemm_cpu.h"
 #include "kernels/kernels.h"
 
 namespace hybridlm::cpu {
@@ -448,6 +449,8 @@ void matmul(const KernelContext& ctx, const WeightView& W, const float* bias, co
   if (W.dtype == DType::I8) return matmul_q8(ctx, W, bias, x, T, y);
   const bool bf16 = W.dtype == DType::BF16;
   const SimdPath path = simd_path();
+  // Prefill: the same sums as outer products (bitwise equal to the tiles below).
+  if (path == SimdPath::Avx512 && T >= kGemmMinTokens) return gemm_lanes_avx512(ctx, W, bias, x, T, y);
   auto run = [&](size_t pb, size_t pe) {  // whole 8-row panels (tiles never cross one)
     const int rb = static_cast<int>(pb) * kPanelRows;
     const int re = std::min(W.rows, static_cast<int>(pe) * kPanelRows);
