@@ -315,9 +315,10 @@ void ssd_sequential(const std::vector<float>& x, int ld_x, const std::vector<flo
 }
 
 TEST_F(Kernels, SsdRefEqualsSequentialRecurrenceAndCpuEqualsRef) {
-  const SsdDims shapes[] = {{4, 8, 1, 16}, {8, 4, 2, 12}, {6, 16, 3, 8}};
+  // Head dims 16, 32 and 64 take the AVX-512 kernel where it runs (d_state 33: an odd row pair).
+  const SsdDims shapes[] = {{4, 8, 1, 16}, {8, 4, 2, 12}, {6, 16, 3, 8}, {4, 64, 2, 33}, {2, 32, 1, 16}};
   for (const SsdDims& dm : shapes) {
-    for (int T : {1, 7, 16, 37}) {
+    for (int T : {1, 7, 16, 37, 130}) {
       for (int chunk : {1, 4, 16, 64}) {
         SCOPED_TRACE("nh=" + std::to_string(dm.n_heads) + " G=" + std::to_string(dm.n_groups) +
                      " T=" + std::to_string(T) + " chunk=" + std::to_string(chunk));

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kernels/cpu/cpu_common.h"
+#include "kernels/cpu/ssd_avx512.h"
 #include "kernels/cpu/vec_math.h"
 #include "kernels/kernels.h"
 
@@ -247,6 +248,9 @@ void mamba1_scan(const KernelContext& ctx, const float* x, int ld_x, const float
 void ssd_scan(const KernelContext& ctx, const float* x, int ld_x, const float* dt,
               const float* A, const float* B, const float* C, int ld_bc, const float* D,
               const SsdDims& dims, int chunk, float* S, int T, float* y) {
+  if (simd_path() == SimdPath::Avx512 &&
+      ssd_scan_avx512(ctx, x, ld_x, dt, A, B, C, ld_bc, D, dims, chunk, S, T, y))
+    return;
   parallel(ctx, dims.n_heads, 1, [&](size_t b, size_t e) {
     ssd_dispatch(x, ld_x, dt, A, B, C, ld_bc, D, dims, chunk, S, T, y, b, e);
   });

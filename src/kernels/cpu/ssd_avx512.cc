@@ -1,0 +1,217 @@
+// Mamba-2 chunked SSD on the AVX-512 path, for head_dim a multiple of 16 (at most 128) and
+// chunks of at most 64 tokens. The same formulas as the portable kernel in ssm_cpu.cc (see
+// ref/ops_ref.cc), written as small matrix products with register tiles:
+//   CB[i, j] = C_i . B_j                 once per group and chunk (shared by the group's heads)
+//   L[i, j]  = exp(s_i - s_j) CB[i, j] dt_j   (j <= i, else 0)
+//   y_i      = exp(s_i) C_i S_in^T + sum_j L[i, j] x_j + D x_i
+//   S_out    = exp(s_last) S_in + sum_j (exp(s_last - s_j) dt_j x_j) B_j^T
+// The state of a head is held transposed, (N, P), while its chunks run, so every product
+// vectorises over P (or over j for CB) with broadcasts of the other operand and no reduction
+// across lanes. Results differ from the portable kernel by rounding only (tested against the
+// float64 sequential recurrence).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#include <immintrin.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "kernels/cpu/cpu_common.h"
+#include "kernels/cpu/ssd_avx512.h"
+#include "kernels/cpu/vec_math.h"
+
+namespace hybridlm::cpu {
+
+namespace {
+
+constexpr int kQ = 64;  // largest chunk; CB and L rows are kQ wide (zero past the chunk)
+
+// CB of one group and chunk: cb[i * kQ + j] = C_i . B_j for i < Q, every j < kQ (zero past Q).
+HYBRIDLM_AVX512 void chunk_cb(const float* B, const float* C, int ld_bc, int N, int Q, float* bt, float* cb) {
+  for (int n = 0; n < N; ++n)
+    for (int j = 0; j < kQ; ++j) bt[n * kQ + j] = j < Q ? B[static_cast<size_t>(j) * ld_bc + n] : 0.0f;
+  for (int i = 0; i < Q; ++i) {
+    const float* Ci = C + static_cast<size_t>(i) * ld_bc;
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (int n = 0; n < N; ++n) {
+      const __m512 c = _mm512_set1_ps(Ci[n]);
+      const float* b = bt + n * kQ;
+      a0 = _mm512_fmadd_ps(c, _mm512_loadu_ps(b), a0);
+      a1 = _mm512_fmadd_ps(c, _mm512_loadu_ps(b + 16), a1);
+      a2 = _mm512_fmadd_ps(c, _mm512_loadu_ps(b + 32), a2);
+      a3 = _mm512_fmadd_ps(c, _mm512_loadu_ps(b + 48), a3);
+    }
+    float* o = cb + i * kQ;
+    _mm512_storeu_ps(o, a0);
+    _mm512_storeu_ps(o + 16, a1);
+    _mm512_storeu_ps(o + 32, a2);
+    _mm512_storeu_ps(o + 48, a3);
+  }
+}
+
+struct HeadScratch {
+  std::vector<float> st, L, xw, s, e, w;
+};
+
+// One head over all chunks. PV = head_dim / 16 vectors per row; rows of y and of the state are
+// computed two at a time (2 x PV accumulators).
+template <int PV>
+HYBRIDLM_AVX512 void ssd_head(const float* x, int ld_x, const float* dt, float A, const float* B, const float* C,
+                              int ld_bc, float Dh, int nh, int h, int g, int N, int chunk, const float* cb_all,
+                              float* Sh, int T, float* y, HeadScratch& hs) {
+  constexpr int P = PV * 16;
+  hs.st.resize(static_cast<size_t>(N) * P);
+  hs.L.resize(kQ * kQ);
+  hs.xw.resize(static_cast<size_t>(kQ) * P);
+  hs.s.resize(kQ);
+  hs.e.resize(kQ);
+  hs.w.resize(kQ);
+  float *st = hs.st.data(), *L = hs.L.data(), *xw = hs.xw.data(), *s = hs.s.data(), *e = hs.e.data(),
+        *w = hs.w.data();
+  for (int p = 0; p < P; ++p)
+    for (int n = 0; n < N; ++n) st[n * P + p] = Sh[p * N + n];
+  const float* Bg = B + static_cast<size_t>(g) * N;
+  const float* Cg = C + static_cast<size_t>(g) * N;
+  for (int c0 = 0, ci = 0; c0 < T; c0 += chunk, ++ci) {
+    const int Q = std::min(chunk, T - c0);
+    const float* cb = cb_all + static_cast<size_t>(ci) * kQ * kQ;
+    float acc_s = 0;
+    for (int i = 0; i < Q; ++i) {
+      acc_s += dt[static_cast<size_t>(c0 + i) * nh + h] * A;
+      s[i] = acc_s;
+    }
+    for (int i = 0; i < Q; ++i) e[i] = vexp(s[i]);
+    const float e_last = e[Q - 1];
+    for (int j = 0; j < Q; ++j) w[j] = vexp(s[Q - 1] - s[j]) * dt[static_cast<size_t>(c0 + j) * nh + h];
+    for (int i = 0; i < Q; ++i) {
+      float* Li = L + i * kQ;
+      const float si = s[i];
+      for (int j = 0; j < kQ; ++j) {
+        const bool in = j <= i;
+        const float sj = in ? s[j] : si, dj = in ? dt[static_cast<size_t>(c0 + j) * nh + h] : 0.0f;
+        Li[j] = in ? vexp(si - sj) * cb[i * kQ + j] * dj : 0.0f;
+      }
+    }
+    const float* xc = x + static_cast<size_t>(c0) * ld_x + static_cast<size_t>(h) * P;
+    for (int j = 0; j < Q; ++j) {
+      const __m512 wj = _mm512_set1_ps(w[j]);
+      for (int v = 0; v < PV; ++v)
+        _mm512_storeu_ps(xw + j * P + 16 * v, _mm512_mul_ps(wj, _mm512_loadu_ps(xc + static_cast<size_t>(j) * ld_x + 16 * v)));
+    }
+    // y rows i, i + 1 (the second clamped to the chunk and not stored past it).
+    for (int i = 0; i < Q; i += 2) {
+      const int i1 = std::min(i + 1, Q - 1);
+      const float* C0 = Cg + static_cast<size_t>(c0 + i) * ld_bc;
+      const float* C1 = Cg + static_cast<size_t>(c0 + i1) * ld_bc;
+      __m512 a0[PV], a1[PV];
+#pragma GCC unroll 8
+      for (int v = 0; v < PV; ++v) a0[v] = a1[v] = _mm512_setzero_ps();
+      for (int n = 0; n < N; ++n) {
+        const __m512 c0v = _mm512_set1_ps(C0[n]), c1v = _mm512_set1_ps(C1[n]);
+        const float* sn = st + n * P;
+#pragma GCC unroll 8
+        for (int v = 0; v < PV; ++v) {
+          const __m512 sv = _mm512_loadu_ps(sn + 16 * v);
+          a0[v] = _mm512_fmadd_ps(c0v, sv, a0[v]);
+          a1[v] = _mm512_fmadd_ps(c1v, sv, a1[v]);
+        }
+      }
+      const __m512 e0 = _mm512_set1_ps(e[i]), e1 = _mm512_set1_ps(e[i1]);
+#pragma GCC unroll 8
+      for (int v = 0; v < PV; ++v) a0[v] = _mm512_mul_ps(a0[v], e0), a1[v] = _mm512_mul_ps(a1[v], e1);
+      const float *L0 = L + i * kQ, *L1 = L + i1 * kQ;
+      for (int j = 0; j <= i1; ++j) {
+        const __m512 l0 = _mm512_set1_ps(L0[j]), l1 = _mm512_set1_ps(L1[j]);
+        const float* xj = xc + static_cast<size_t>(j) * ld_x;
+#pragma GCC unroll 8
+        for (int v = 0; v < PV; ++v) {
+          const __m512 xv = _mm512_loadu_ps(xj + 16 * v);
+          a0[v] = _mm512_fmadd_ps(l0, xv, a0[v]);
+          a1[v] = _mm512_fmadd_ps(l1, xv, a1[v]);
+        }
+      }
+      const __m512 dv = _mm512_set1_ps(Dh);
+      const float *x0 = xc + static_cast<size_t>(i) * ld_x, *x1 = xc + static_cast<size_t>(i1) * ld_x;
+      float* y0 = y + (static_cast<size_t>(c0 + i) * nh + h) * P;
+      float* y1 = y + (static_cast<size_t>(c0 + i1) * nh + h) * P;
+#pragma GCC unroll 8
+      for (int v = 0; v < PV; ++v) {
+        _mm512_storeu_ps(y0 + 16 * v, _mm512_fmadd_ps(dv, _mm512_loadu_ps(x0 + 16 * v), a0[v]));
+        if (i + 1 < Q) _mm512_storeu_ps(y1 + 16 * v, _mm512_fmadd_ps(dv, _mm512_loadu_ps(x1 + 16 * v), a1[v]));
+      }
+    }
+    // State rows n, n + 1 of the transposed state.
+    const __m512 el = _mm512_set1_ps(e_last);
+    for (int n = 0; n < N; n += 2) {
+      const int n1 = std::min(n + 1, N - 1);
+      float *s0 = st + n * P, *s1 = st + n1 * P;
+      __m512 a0[PV], a1[PV];
+#pragma GCC unroll 8
+      for (int v = 0; v < PV; ++v) {
+        a0[v] = _mm512_mul_ps(el, _mm512_loadu_ps(s0 + 16 * v));
+        a1[v] = _mm512_mul_ps(el, _mm512_loadu_ps(s1 + 16 * v));
+      }
+      for (int j = 0; j < Q; ++j) {
+        const float* bj = Bg + static_cast<size_t>(c0 + j) * ld_bc;
+        const __m512 b0 = _mm512_set1_ps(bj[n]), b1 = _mm512_set1_ps(bj[n1]);
+        const float* xj = xw + j * P;
+#pragma GCC unroll 8
+        for (int v = 0; v < PV; ++v) {
+          const __m512 xv = _mm512_loadu_ps(xj + 16 * v);
+          a0[v] = _mm512_fmadd_ps(b0, xv, a0[v]);
+          a1[v] = _mm512_fmadd_ps(b1, xv, a1[v]);
+        }
+      }
+#pragma GCC unroll 8
+      for (int v = 0; v < PV; ++v) {
+        if (n + 1 < N) _mm512_storeu_ps(s1 + 16 * v, a1[v]);
+        _mm512_storeu_ps(s0 + 16 * v, a0[v]);
+      }
+    }
+  }
+  for (int p = 0; p < P; ++p)
+    for (int n = 0; n < N; ++n) Sh[p * N + n] = st[n * P + p];
+}
+
+}  // namespace
+
+bool ssd_scan_avx512(const KernelContext& ctx, const float* x, int ld_x, const float* dt, const float* A,
+                     const float* B, const float* C, int ld_bc, const float* D, const SsdDims& dm, int chunk,
+                     float* S, int T, float* y) {
+  const int P = dm.head_dim, N = dm.d_state, nh = dm.n_heads, G = dm.n_groups;
+  if ((P != 16 && P != 32 && P != 64 && P != 128) || chunk > kQ || chunk < 1 || T < 1) return false;
+  const int n_chunks = (T + chunk - 1) / chunk, hpg = nh / G;
+  thread_local std::vector<float> cb_all;  // the calling thread's: [group][chunk][kQ][kQ]
+  const size_t cb_size = static_cast<size_t>(kQ) * kQ;
+  if (cb_all.size() < static_cast<size_t>(G) * n_chunks * cb_size) cb_all.resize(static_cast<size_t>(G) * n_chunks * cb_size);
+  float* cbp = cb_all.data();
+  parallel(ctx, static_cast<size_t>(G) * n_chunks, 1, [&](size_t b, size_t e) {
+    thread_local std::vector<float> bt;
+    bt.resize(static_cast<size_t>(N) * kQ);
+    for (size_t it = b; it < e; ++it) {
+      const int g = static_cast<int>(it) / n_chunks, ci = static_cast<int>(it) % n_chunks;
+      const int c0 = ci * chunk, Q = std::min(chunk, T - c0);
+      const size_t row0 = static_cast<size_t>(c0) * ld_bc + static_cast<size_t>(g) * N;
+      chunk_cb(B + row0, C + row0, ld_bc, N, Q, bt.data(), cbp + it * cb_size);
+    }
+  });
+  parallel(ctx, static_cast<size_t>(nh), 1, [&](size_t hb, size_t he) {
+    thread_local HeadScratch hs;
+    for (size_t hh = hb; hh < he; ++hh) {
+      const int h = static_cast<int>(hh), g = h / hpg;
+      const float* cbg = cbp + static_cast<size_t>(g) * n_chunks * cb_size;
+      float* Sh = S + static_cast<size_t>(h) * P * N;
+      switch (P / 16) {
+        case 1: ssd_head<1>(x, ld_x, dt, A[h], B, C, ld_bc, D[h], nh, h, g, N, chunk, cbg, Sh, T, y, hs); break;
+        case 2: ssd_head<2>(x, ld_x, dt, A[h], B, C, ld_bc, D[h], nh, h, g, N, chunk, cbg, Sh, T, y, hs); break;
+        case 4: ssd_head<4>(x, ld_x, dt, A[h], B, C, ld_bc, D[h], nh, h, g, N, chunk, cbg, Sh, T, y, hs); break;
+        default: ssd_head<8>(x, ld_x, dt, A[h], B, C, ld_bc, D[h], nh, h, g, N, chunk, cbg, Sh, T, y, hs); break;
+      }
+    }
+  });
+  return true;
+}
+
+}  // namespace hybridlm::cpu
