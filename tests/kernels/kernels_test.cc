@@ -6,6 +6,7 @@
 #include <complex>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -541,6 +542,18 @@ TEST(VecMath, ExpMatchesLibmWithinFewUlp) {
   EXPECT_TRUE(std::isfinite(cpu::vexp(1000.0f)));
   EXPECT_EQ(cpu::vexp(0.0f), 1.0f);
   EXPECT_TRUE(std::isnan(cpu::vexp(std::nanf(""))));
+  // softplus against log1p(exp(x)) in double: relative error over the whole range it computes.
+  double worst_sp = 0;
+  for (double x = -80.0; x <= 20.0; x += 0.000377) {
+    const float xf = static_cast<float>(x);
+    const double want = std::log1p(std::exp(static_cast<double>(xf)));
+    worst_sp = std::max(worst_sp, std::fabs(cpu::vsoftplus(xf) - want) / want);
+  }
+  EXPECT_LT(worst_sp, 5e-7);
+  EXPECT_EQ(cpu::vsoftplus(25.0f), 25.0f);
+  EXPECT_EQ(cpu::vsoftplus(std::numeric_limits<float>::infinity()), std::numeric_limits<float>::infinity());
+  EXPECT_TRUE(std::isnan(cpu::vsoftplus(std::nanf(""))));
+  EXPECT_GE(cpu::vsoftplus(-std::numeric_limits<float>::infinity()), 0.0f);
   std::vector<float> a = randn(37, 30), b = randn(37, 31);
   double want = 0;
   for (int i = 0; i < 37; ++i) want += static_cast<double>(a[i]) * b[i];

@@ -193,6 +193,12 @@ HYBRIDLM_INLINE void ssd_heads(const float* x, int ld_x, const float* dt, const 
 }
 HYBRIDLM_SIMD_VARIANTS(ssd, ssd_heads)
 
+// ---- softplus in place over [b, e) -------------------------------------------------------------
+HYBRIDLM_INLINE void softplus_range(float* x, size_t b, size_t e) {
+  for (size_t i = b; i < e; ++i) x[i] = vsoftplus(x[i]);
+}
+HYBRIDLM_SIMD_VARIANTS(softplus, softplus_range)
+
 // ---- Mamba-2 single step over heads [hb, he) ---------------------------------------------------
 HYBRIDLM_INLINE void ssd_step_heads(const float* x, const float* dt, const float* A, const float* B,
                                     const float* C, const float* D, const SsdDims& dm, float* S, float* y,
@@ -264,9 +270,7 @@ void ssd_step(const KernelContext& ctx, const float* x, const float* dt, const f
 }
 
 void softplus(const KernelContext& ctx, float* x, size_t n) {
-  parallel(ctx, n, 4096, [&](size_t b, size_t e) {
-    for (size_t i = b; i < e; ++i) x[i] = x[i] > 20.0f ? x[i] : std::log1p(std::exp(x[i]));
-  });
+  parallel(ctx, n, 4096, [&](size_t b, size_t e) { softplus_dispatch(x, b, e); });
 }
 
 void embedding(const WeightView& E, const int32_t* ids, int T, float* out) {

@@ -34,6 +34,28 @@ inline __attribute__((always_inline)) float vexp(float x_in) {
 
 inline __attribute__((always_inline)) float vsilu(float v) { return v / (1.0f + vexp(-v)); }
 
+// log(1 + u) for u in [0, 1]: w = 1 + u = 2^e m with m in [sqrt(1/2), sqrt(2)], log m =
+// 2 atanh(f / (2 + f)) with f = m - 1 (exact) by its odd series to s^9 (|s| <= 0.172: truncation
+// < 1e-9), and the rounding of 1 + u corrected by u / (w - 1) (exact when w == 1: log1p(u) = u).
+inline __attribute__((always_inline)) float vlog1p_unit(float u) {
+  const float w = 1.0f + u;
+  const bool hi = w > 1.41421356f;
+  const float m = hi ? w * 0.5f : w;
+  const float f = m - 1.0f;
+  const float s = f / (2.0f + f), s2 = s * s;
+  const float p = s2 * (1.0f / 3.0f + s2 * (1.0f / 5.0f + s2 * (1.0f / 7.0f + s2 * (1.0f / 9.0f))));
+  const float log_w = (2.0f * s + 2.0f * s * p) + (hi ? 0.693147181f : 0.0f);
+  return w == 1.0f ? u : log_w * (u / (w - 1.0f));
+}
+
+// softplus(x) = log(1 + e^x) = max(x, 0) + log1p(e^-|x|); x itself above 20 (as the ref and
+// PyTorch's threshold). NaN stays NaN.
+inline __attribute__((always_inline)) float vsoftplus(float x) {
+  const float ax = x < 0.0f ? -x : x;
+  const float r = (x > 0.0f ? x : 0.0f) + vlog1p_unit(vexp(-ax));
+  return x > 20.0f ? x : (x == x ? r : x);
+}
+
 // Dot product with 16 independent partial sums and a fixed reduction tree: vectorises without
 // reassociation flags, and its summation order depends only on n.
 inline __attribute__((always_inline)) float vdot(const float* a, const float* b, int n) {
