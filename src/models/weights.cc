@@ -56,10 +56,12 @@ Matrix WeightReader::slice(const TensorInfo& t, int64_t row0, int rows, int cols
   }
   std::vector<float> f(n);
   t.to_f32(f.data(), first, n);  // only this slice (an expert of a stacked tensor)
-  // q8_0 only where a row is whole 64-code steps: a narrow matrix (Mamba-1's dt_proj at dt_rank
-  // 48, a tiny test model's LoRA adapter) would grow with the padding, and is too small to
-  // matter; it stays f32.
-  if (dtype_ == WeightDType::Q8_0 && cols % 64 == 0) {
+  // q8_0 only where a row is whole 64-code steps and the codes and scales, rows padded to whole
+  // 16-row panels, take less memory than f32: a narrow or very short matrix (Mamba-1's dt_proj at
+  // dt_rank 48, a one-row adapter) would grow with the padding, and is too small to matter; it
+  // stays f32.
+  const size_t q8_bytes = q8_code_count(rows, cols) + q8_scale_count(rows, cols) * sizeof(float);
+  if (dtype_ == WeightDType::Q8_0 && cols % 64 == 0 && q8_bytes < n * sizeof(float)) {
     m.dtype = DType::I8;
     m.q8.resize(q8_code_count(rows, cols));
     m.q8_scales.resize(q8_scale_count(rows, cols));

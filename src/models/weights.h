@@ -25,7 +25,7 @@ struct Matrix {
   bool panels = false;
   HugeVector<float> f32;
   HugeVector<uint16_t> bf16;
-  HugeVector<int8_t> q8;        // dtype I8: q8_0 codes and scales in the panel layout of
+  HugeVector<uint8_t> q8;       // dtype I8: q8_0 codes and scales in the panel layout of
   HugeVector<float> q8_scales;  // quantize_q8_0_matrix (tensor/quant.h)
   // Zero-copy: the weights inside the mapped checkpoint (the model keeps the mapping alive).
   const void* mapped = nullptr;

@@ -37,7 +37,7 @@ void dequantize_q8_0_row(const int8_t* codes, const float* scales, int n, float*
   for (int c = 0; c < n; ++c) x[c] = static_cast<float>(codes[c]) * scales[c / kQ8Block];
 }
 
-void quantize_q8_0_matrix(const float* w, int rows, int cols, int8_t* codes, float* scales) {
+void quantize_q8_0_matrix(const float* w, int rows, int cols, uint8_t* codes, float* scales) {
   const int ld = q8_row_stride(cols), nb = q8_row_blocks(cols);
   std::vector<int8_t> q(static_cast<size_t>(ld));
   std::vector<float> d(static_cast<size_t>(nb));
@@ -48,14 +48,16 @@ void quantize_q8_0_matrix(const float* w, int rows, int cols, int8_t* codes, flo
       std::fill(q.begin(), q.end(), 0);
       std::fill(d.begin(), d.end(), 0.0f);
     }
-    for (int i = 0; i < ld; i += 64) std::copy(q.begin() + i, q.begin() + i + 64, codes + q8_code_index(r, i, cols));
+    for (int i = 0; i < ld; ++i)
+      codes[q8_code_index(r, i, cols)] = static_cast<uint8_t>(q[static_cast<size_t>(i)] + 128);
     for (int b = 0; b < nb; ++b) scales[q8_scale_index(r, b, cols)] = d[static_cast<size_t>(b)];
   }
 }
 
-void dequantize_q8_0_matrix_row(const int8_t* codes, const float* scales, int r, int cols, float* x) {
+void dequantize_q8_0_matrix_row(const uint8_t* codes, const float* scales, int r, int cols, float* x) {
   for (int c = 0; c < cols; ++c)
-    x[c] = static_cast<float>(codes[q8_code_index(r, c, cols)]) * scales[q8_scale_index(r, c / kQ8Block, cols)];
+    x[c] = static_cast<float>(q8_weight_code(codes, q8_code_index(r, c, cols))) *
+           scales[q8_scale_index(r, c / kQ8Block, cols)];
 }
 
 }  // namespace hybridlm

@@ -72,7 +72,7 @@ struct Q8Matrix {
   }
   WeightView view() const { return {DType::I8, codes.data(), rows, cols, scales.data()}; }
   int rows, cols;
-  std::vector<int8_t> codes;
+  std::vector<uint8_t> codes;  // biased, in the VNNI panel layout
   std::vector<float> scales;
 };
 

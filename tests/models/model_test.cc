@@ -388,7 +388,10 @@ TEST_P(ModelInvariants, Q8WeightsTrackF32) {
   o.load.dtype = WeightDType::Q8_0;
   Engine q8(fixtures() / GetParam(), o);
   std::printf("%s: weight bytes q8_0 %zu, f32 %zu\n", GetParam(), q8.model().weight_bytes(), f32.model().weight_bytes());
-  EXPECT_LT(q8.model().weight_bytes(), f32.model().weight_bytes() * 3 / 4) << "matrices should be stored as int8";
+  // Matrices whose rows are whole 64-code steps are stored as int8. The zamba2 fixture (hidden size
+  // 32: most matrices have 32 columns and stay f32; its 8-row adapters pad to a 16-row panel)
+  // saves the least, ~25%; every other fixture more.
+  EXPECT_LT(q8.model().weight_bytes(), f32.model().weight_bytes() * 4 / 5) << "matrices should be stored as int8";
   const int T = 19, V = f32.vocab_size();
   const auto ids = random_ids(T, V, 71);
   auto full = [&](Engine& e) {

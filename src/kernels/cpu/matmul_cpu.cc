@@ -14,6 +14,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cstring>
 
 #include <vector>
 
@@ -230,28 +231,38 @@ HYBRIDLM_AVX512 void rows_avx512(const WeightView& W, const float* bias, const f
 }
 
 // ---- q8_0 weights ----------------------------------------------------------------------------
-// The activations of one call, quantized to q8_0 rows (codes with the weights' row stride).
+// Every path sums each (token, row) the same way: per block of 32 columns an exact integer sum
+// of code products, then acc = acc + float(isum) * (dw * dx) over the blocks in order, then the
+// bias. The VNNI kernel is written for the panel layout (tensor/quant.h): 16 rows per vector, a
+// token's 4 codes of a group broadcast to every lane, the bias of the unsigned weight codes
+// (q + 128) removed by starting each block's sum at -128 * (sum of the token's codes in the
+// block). Its per-output operations do not depend on the tile, so results are batch-invariant.
+
+// The activations of one call, quantized to q8_0 rows (codes with the weights' row stride), and
+// per block -128 * (sum of its codes).
 struct Q8Acts {
   const int8_t* codes = nullptr;
   const float* scales = nullptr;
+  const int32_t* bias_fix = nullptr;
   int ld = 0, nb = 0;  // codes and scales per token
 };
 
-// Portable: one dot product at a time, blocks summed in order (exact int32 block sums).
+// Portable: one dot product at a time.
 HYBRIDLM_INLINE void q8_rows_generic(const WeightView& W, const float* bias, const Q8Acts& xa, int T, float* y,
                                      int r_begin, int r_end) {
-  const int ld = xa.ld, nb = xa.nb, K = W.cols;
-  const int8_t* codes = static_cast<const int8_t*>(W.data);
+  const int nb = xa.nb, K = W.cols;
+  const uint8_t* codes = static_cast<const uint8_t*>(W.data);
   for (int r = r_begin; r < r_end; ++r) {
     for (int t = 0; t < T; ++t) {
-      const int8_t* xq = xa.codes + static_cast<size_t>(t) * ld;
+      const int8_t* xq = xa.codes + static_cast<size_t>(t) * xa.ld;
       const float* xs = xa.scales + static_cast<size_t>(t) * nb;
       float acc = 0.0f;
       for (int b = 0; b < nb; ++b) {
-        const int8_t* wb = codes + q8_code_index(r, b * kQ8Block, K);  // a block's codes are contiguous
-        const int8_t* xb = xq + b * kQ8Block;
         int32_t isum = 0;
-        for (int i = 0; i < kQ8Block; ++i) isum += static_cast<int32_t>(wb[i]) * xb[i];
+        for (int g = 0; g < kQ8Block; g += kQ8Group) {
+          const uint8_t* wg = codes + q8_code_index(r, b * kQ8Block + g, K);  // a group's 4 codes
+          for (int i = 0; i < kQ8Group; ++i) isum += (static_cast<int32_t>(wg[i]) - 128) * xq[b * kQ8Block + g + i];
+        }
         acc += static_cast<float>(isum) * (W.scales[q8_scale_index(r, b, K)] * xs[b]);
       }
       y[static_cast<size_t>(t) * W.rows + r] = acc + (bias ? bias[r] : 0.0f);
@@ -270,134 +281,91 @@ void q8_rows_portable(const WeightView& W, const float* bias, const Q8Acts& xa, 
   q8_rows_generic(W, bias, xa, T, y, rb, re);
 }
 
-// AVX512_VNNI: 64 codes (two blocks) per step. vpdpbusd multiplies unsigned by signed bytes, so
-// the activation enters as |x| and its sign moves onto the weight (codes are in [-127, 127]: no
-// overflow). Lanes 0-7 hold block 2c's sums, lanes 8-15 block 2c+1's; each step scales them by
-// dw * dx and adds them to a float accumulator. Every (token, row) pair runs the same instruction
-// sequence in every tile shape, and its scale vector holds the same values however it was loaded.
 #define HYBRIDLM_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,fma")))
 
-// [s[0] x 8, s[1] x 8]
-HYBRIDLM_VNNI HYBRIDLM_INLINE __m512 q8_scale2(const float* s) {
-  const __m512i idx = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
-  return _mm512_permutexvar_ps(idx, _mm512_maskz_loadu_ps(0x3, s));
-}
-// Row j's pair out of a panel step's 16 scales (8 rows x 2): [s[2j] x 8, s[2j+1] x 8].
-HYBRIDLM_VNNI HYBRIDLM_INLINE __m512 q8_panel_scale(__m512 panel, int j) {
-  const __m512i idx = _mm512_set_epi32(2 * j + 1, 2 * j + 1, 2 * j + 1, 2 * j + 1, 2 * j + 1, 2 * j + 1, 2 * j + 1,
-                                       2 * j + 1, 2 * j, 2 * j, 2 * j, 2 * j, 2 * j, 2 * j, 2 * j, 2 * j);
-  return _mm512_permutexvar_ps(idx, panel);
-}
-
-struct Q8X {  // one token's operands for one 64-code step
-  __m512i abs;
-  __mmask64 neg;
-  __m512 scale;
-};
-HYBRIDLM_VNNI HYBRIDLM_INLINE Q8X q8_load_x(const Q8Acts& xa, int t, int c) {
-  const __m512i v = _mm512_loadu_si512(xa.codes + static_cast<size_t>(t) * xa.ld + 64 * c);
-  return {_mm512_abs_epi8(v), _mm512_movepi8_mask(v), q8_scale2(xa.scales + static_cast<size_t>(t) * xa.nb + 2 * c)};
-}
-HYBRIDLM_VNNI HYBRIDLM_INLINE void q8_mac(__m512& acc, __m512i w, __m512 w_scale, const Q8X& x) {
-  const __m512i ws = _mm512_mask_sub_epi8(w, x.neg, _mm512_setzero_si512(), w);
-  const __m512i d = _mm512_dpbusd_epi32(_mm512_setzero_si512(), x.abs, ws);
-  acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(w_scale, x.scale), acc);
-}
-
-// Any RT x RR tile at any row (the remainders).
-template <int RT, int RR>
-HYBRIDLM_VNNI void q8_tile(const WeightView& W, const float* bias, const Q8Acts& xa, int t0, int r0, float* y) {
-  const int8_t* codes = static_cast<const int8_t*>(W.data);
-  __m512 acc[RT][RR];
-  for (int t = 0; t < RT; ++t)
-    for (int r = 0; r < RR; ++r) acc[t][r] = _mm512_setzero_ps();
-  for (int c = 0; c < xa.ld / 64; ++c)
-    for (int r = 0; r < RR; ++r) {
-      const __m512i w = _mm512_loadu_si512(codes + q8_code_index(r0 + r, 64 * c, W.cols));
-      const __m512 ws = q8_scale2(W.scales + q8_scale_index(r0 + r, 2 * c, W.cols));
-      for (int t = 0; t < RT; ++t) q8_mac(acc[t][r], w, ws, q8_load_x(xa, t0 + t, c));
+// MT tokens x NP panels (16 rows each) starting at panel p0; all blocks. Accumulators: MT x NP
+// integer block sums and as many float sums (at most 8 x 1 or 2 x 2 ... within 32 registers).
+template <int MT, int NP>
+HYBRIDLM_VNNI void q8_tile_vnni(const WeightView& W, const float* bias, const Q8Acts& xa, int t0, int p0, float* y) {
+  const int nb = xa.nb, ld = xa.ld;
+  const size_t panel_codes = static_cast<size_t>(kQ8PanelRows) * ld, panel_scales = static_cast<size_t>(kQ8PanelRows) * nb;
+  const uint8_t* wp = static_cast<const uint8_t*>(W.data) + static_cast<size_t>(p0) * panel_codes;
+  const float* sp = W.scales + static_cast<size_t>(p0) * panel_scales;
+  const int8_t* xq = xa.codes + static_cast<size_t>(t0) * ld;
+  __m512 acc[MT][NP];
+#pragma GCC unroll 8
+  for (int t = 0; t < MT; ++t)
+#pragma GCC unroll 2
+    for (int p = 0; p < NP; ++p) acc[t][p] = _mm512_setzero_ps();
+  for (int b = 0; b < nb; ++b) {
+    __m512i isum[MT][NP];
+#pragma GCC unroll 8
+    for (int t = 0; t < MT; ++t) {
+      const __m512i fix = _mm512_set1_epi32(xa.bias_fix[static_cast<size_t>(t0 + t) * nb + b]);
+#pragma GCC unroll 2
+      for (int p = 0; p < NP; ++p) isum[t][p] = fix;
     }
-  for (int t = 0; t < RT; ++t)
-    for (int r = 0; r < RR; ++r)
-      y[static_cast<size_t>(t0 + t) * W.rows + r0 + r] = reduce16(acc[t][r]) + (bias ? bias[r0 + r] : 0.0f);
-}
-
-// 1 token x the 8 rows of a panel (decode): one contiguous stream of 512-byte steps. Named
-// accumulators (see tile_4x4).
-HYBRIDLM_VNNI void q8_tile_1x8(const WeightView& W, const float* bias, const Q8Acts& xa, int t0, int r0, float* y) {
-  const int ld = xa.ld;
-  const int8_t* wp = static_cast<const int8_t*>(W.data) + q8_code_index(r0, 0, W.cols);
-  const float* sp = W.scales + q8_scale_index(r0, 0, W.cols);
-  __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
-  for (int c = 0; c < ld / 64; ++c, wp += 64 * kQ8PanelRows, sp += 2 * kQ8PanelRows) {
-    const Q8X x = q8_load_x(xa, t0, c);
-    const __m512 s = _mm512_loadu_ps(sp);
-    q8_mac(a0, _mm512_loadu_si512(wp), q8_panel_scale(s, 0), x);
-    q8_mac(a1, _mm512_loadu_si512(wp + 64), q8_panel_scale(s, 1), x);
-    q8_mac(a2, _mm512_loadu_si512(wp + 128), q8_panel_scale(s, 2), x);
-    q8_mac(a3, _mm512_loadu_si512(wp + 192), q8_panel_scale(s, 3), x);
-    q8_mac(a4, _mm512_loadu_si512(wp + 256), q8_panel_scale(s, 4), x);
-    q8_mac(a5, _mm512_loadu_si512(wp + 320), q8_panel_scale(s, 5), x);
-    q8_mac(a6, _mm512_loadu_si512(wp + 384), q8_panel_scale(s, 6), x);
-    q8_mac(a7, _mm512_loadu_si512(wp + 448), q8_panel_scale(s, 7), x);
+    const uint8_t* wb = wp + static_cast<size_t>(b) * kQ8Block * kQ8PanelRows;
+#pragma GCC unroll 8
+    for (int g = 0; g < kQ8Block / kQ8Group; ++g) {
+      __m512i wv[NP];
+#pragma GCC unroll 2
+      for (int p = 0; p < NP; ++p) wv[p] = _mm512_loadu_si512(wb + p * panel_codes + g * 64);
+#pragma GCC unroll 8
+      for (int t = 0; t < MT; ++t) {
+        int32_t x4;
+        std::memcpy(&x4, xq + static_cast<size_t>(t) * ld + b * kQ8Block + g * kQ8Group, sizeof x4);
+        const __m512i xv = _mm512_set1_epi32(x4);
+#pragma GCC unroll 2
+        for (int p = 0; p < NP; ++p) isum[t][p] = _mm512_dpbusd_epi32(isum[t][p], wv[p], xv);
+      }
+    }
+#pragma GCC unroll 2
+    for (int p = 0; p < NP; ++p) {
+      const __m512 ws = _mm512_loadu_ps(sp + p * panel_scales + static_cast<size_t>(b) * kQ8PanelRows);
+#pragma GCC unroll 8
+      for (int t = 0; t < MT; ++t) {
+        const __m512 scale = _mm512_mul_ps(ws, _mm512_set1_ps(xa.scales[static_cast<size_t>(t0 + t) * nb + b]));
+        acc[t][p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t][p]), scale, acc[t][p]);
+      }
+    }
   }
-  const __m512 acc[8] = {a0, a1, a2, a3, a4, a5, a6, a7};
-  for (int r = 0; r < 8; ++r)
-    y[static_cast<size_t>(t0) * W.rows + r0 + r] = reduce16(acc[r]) + (bias ? bias[r0 + r] : 0.0f);
-}
-
-// 4 tokens x 4 rows, r0 a multiple of 4 (one half of a panel): prefill and batched decode.
-HYBRIDLM_VNNI void q8_tile_4x4(const WeightView& W, const float* bias, const Q8Acts& xa, int t0, int r0, float* y) {
-  const int ld = xa.ld, h = r0 % kQ8PanelRows;  // 0 or 4
-  const int8_t* wp = static_cast<const int8_t*>(W.data) + q8_code_index(r0, 0, W.cols);
-  const float* sp = W.scales + q8_scale_index(r0 - h, 0, W.cols);
-  __m512 a00 = _mm512_setzero_ps(), a01 = a00, a02 = a00, a03 = a00, a10 = a00, a11 = a00, a12 = a00, a13 = a00;
-  __m512 a20 = a00, a21 = a00, a22 = a00, a23 = a00, a30 = a00, a31 = a00, a32 = a00, a33 = a00;
-  for (int c = 0; c < ld / 64; ++c, wp += 64 * kQ8PanelRows, sp += 2 * kQ8PanelRows) {
-    const Q8X x0 = q8_load_x(xa, t0, c), x1 = q8_load_x(xa, t0 + 1, c);
-    const Q8X x2 = q8_load_x(xa, t0 + 2, c), x3 = q8_load_x(xa, t0 + 3, c);
-    const __m512 s = _mm512_loadu_ps(sp);
-    __m512i w = _mm512_loadu_si512(wp);
-    __m512 ws = q8_panel_scale(s, h);
-    q8_mac(a00, w, ws, x0), q8_mac(a10, w, ws, x1), q8_mac(a20, w, ws, x2), q8_mac(a30, w, ws, x3);
-    w = _mm512_loadu_si512(wp + 64), ws = q8_panel_scale(s, h + 1);
-    q8_mac(a01, w, ws, x0), q8_mac(a11, w, ws, x1), q8_mac(a21, w, ws, x2), q8_mac(a31, w, ws, x3);
-    w = _mm512_loadu_si512(wp + 128), ws = q8_panel_scale(s, h + 2);
-    q8_mac(a02, w, ws, x0), q8_mac(a12, w, ws, x1), q8_mac(a22, w, ws, x2), q8_mac(a32, w, ws, x3);
-    w = _mm512_loadu_si512(wp + 192), ws = q8_panel_scale(s, h + 3);
-    q8_mac(a03, w, ws, x0), q8_mac(a13, w, ws, x1), q8_mac(a23, w, ws, x2), q8_mac(a33, w, ws, x3);
-  }
-  const __m512 acc[4][4] = {{a00, a01, a02, a03}, {a10, a11, a12, a13}, {a20, a21, a22, a23}, {a30, a31, a32, a33}};
-  for (int t = 0; t < 4; ++t)
-    for (int r = 0; r < 4; ++r)
-      y[static_cast<size_t>(t0 + t) * W.rows + r0 + r] = reduce16(acc[t][r]) + (bias ? bias[r0 + r] : 0.0f);
-}
-
-template <int RR>
-HYBRIDLM_VNNI void q8_row_tile(const WeightView& W, const float* bias, const Q8Acts& xa, int T, int r0, float* y) {
-  int t = 0;
-  for (; t + kTileT <= T; t += kTileT) {
-    if constexpr (RR == 4) q8_tile_4x4(W, bias, xa, t, r0, y);
-    else q8_tile<kTileT, RR>(W, bias, xa, t, r0, y);
-  }
-  switch (T - t) {
-    case 3: q8_tile<3, RR>(W, bias, xa, t, r0, y); break;
-    case 2: q8_tile<2, RR>(W, bias, xa, t, r0, y); break;
-    case 1:
-      if constexpr (RR == 8) q8_tile_1x8(W, bias, xa, t, r0, y);
-      else q8_tile<1, RR>(W, bias, xa, t, r0, y);
-      break;
-    default: break;
+#pragma GCC unroll 2
+  for (int p = 0; p < NP; ++p) {
+    const int r0 = (p0 + p) * kQ8PanelRows, rows = std::min(kQ8PanelRows, W.rows - r0);
+    if (rows <= 0) break;
+    const __mmask16 m = static_cast<__mmask16>((1u << rows) - 1);
+    const __m512 bv = bias ? _mm512_maskz_loadu_ps(m, bias + r0) : _mm512_setzero_ps();
+#pragma GCC unroll 8
+    for (int t = 0; t < MT; ++t)
+      _mm512_mask_storeu_ps(y + static_cast<size_t>(t0 + t) * W.rows + r0, m, _mm512_add_ps(acc[t][p], bv));
   }
 }
 
-HYBRIDLM_VNNI void q8_rows_vnni(const WeightView& W, const float* bias, const Q8Acts& xa, int T, float* y,
-                                int r_begin, int r_end) {
-  int r = r_begin;
-  if (T < kTileT)
-    for (; r + 2 * kTileR <= r_end; r += 2 * kTileR) q8_row_tile<2 * kTileR>(W, bias, xa, T, r, y);
-  for (; r + kTileR <= r_end; r += kTileR) q8_row_tile<kTileR>(W, bias, xa, T, r, y);
-  for (; r < r_end; ++r) q8_row_tile<1>(W, bias, xa, T, r, y);
+// Panels [pb, pe): decode two panels at a time (two independent chains), prefill 8 tokens per
+// tile, remainders by smaller tiles.
+HYBRIDLM_VNNI void q8_panels_vnni(const WeightView& W, const float* bias, const Q8Acts& xa, int T, float* y, int pb,
+                                  int pe) {
+  int p = pb;
+  if (T == 1) {
+    for (; p + 2 <= pe; p += 2) q8_tile_vnni<1, 2>(W, bias, xa, 0, p, y);
+    for (; p < pe; ++p) q8_tile_vnni<1, 1>(W, bias, xa, 0, p, y);
+    return;
+  }
+  for (; p < pe; ++p) {
+    int t = 0;
+    for (; t + 8 <= T; t += 8) q8_tile_vnni<8, 1>(W, bias, xa, t, p, y);
+    switch (T - t) {
+      case 7: q8_tile_vnni<7, 1>(W, bias, xa, t, p, y); break;
+      case 6: q8_tile_vnni<6, 1>(W, bias, xa, t, p, y); break;
+      case 5: q8_tile_vnni<5, 1>(W, bias, xa, t, p, y); break;
+      case 4: q8_tile_vnni<4, 1>(W, bias, xa, t, p, y); break;
+      case 3: q8_tile_vnni<3, 1>(W, bias, xa, t, p, y); break;
+      case 2: q8_tile_vnni<2, 1>(W, bias, xa, t, p, y); break;
+      case 1: q8_tile_vnni<1, 1>(W, bias, xa, t, p, y); break;
+      default: break;
+    }
+  }
 }
 
 // The quantized activations of the calling thread's current matmul (grown, never shrunk: no
@@ -405,6 +373,7 @@ HYBRIDLM_VNNI void q8_rows_vnni(const WeightView& W, const float* bias, const Q8
 struct Q8Scratch {
   std::vector<int8_t> codes;
   std::vector<float> scales;
+  std::vector<int32_t> bias_fix;
 };
 Q8Scratch& q8_scratch() {
   thread_local Q8Scratch s;
@@ -416,29 +385,38 @@ void matmul_q8(const KernelContext& ctx, const WeightView& W, const float* bias,
   Q8Scratch& s = q8_scratch();
   if (s.codes.size() < static_cast<size_t>(T) * ld) s.codes.resize(static_cast<size_t>(T) * ld);
   if (s.scales.size() < static_cast<size_t>(T) * nb) s.scales.resize(static_cast<size_t>(T) * nb);
+  if (s.bias_fix.size() < static_cast<size_t>(T) * nb) s.bias_fix.resize(static_cast<size_t>(T) * nb);
   int8_t* codes = s.codes.data();
   float* scales = s.scales.data();
+  int32_t* fix = s.bias_fix.data();
   parallel(ctx, static_cast<size_t>(T), 16, [&](size_t b, size_t e) {
-    for (size_t t = b; t < e; ++t)
+    for (size_t t = b; t < e; ++t) {
       quantize_q8_0_row(x + t * K, K, codes + t * ld, scales + t * nb);
+      for (int blk = 0; blk < nb; ++blk) {
+        int32_t sum = 0;
+        for (int i = 0; i < kQ8Block; ++i) sum += codes[t * ld + static_cast<size_t>(blk) * kQ8Block + i];
+        fix[t * nb + blk] = -128 * sum;
+      }
+    }
   });
   const SimdPath path = simd_path();
   const bool vnni = has_avx512_vnni();
-  auto run = [&](size_t pb, size_t pe) {  // whole panels of 8 rows
+  auto run = [&](size_t pb, size_t pe) {  // whole panels of 16 rows
     const int rb = static_cast<int>(pb) * kQ8PanelRows;
     const int re = std::min(W.rows, static_cast<int>(pe) * kQ8PanelRows);
     for (int t0 = 0; t0 < T; t0 += kTokenBlock) {
       const int nt = std::min(kTokenBlock, T - t0);
-      const Q8Acts xb{codes + static_cast<size_t>(t0) * ld, scales + static_cast<size_t>(t0) * nb, ld, nb};
+      const Q8Acts xb{codes + static_cast<size_t>(t0) * ld, scales + static_cast<size_t>(t0) * nb,
+                      fix + static_cast<size_t>(t0) * nb, ld, nb};
       float* yb = y + static_cast<size_t>(t0) * W.rows;
-      if (path == SimdPath::Avx512) vnni ? q8_rows_vnni(W, bias, xb, nt, yb, rb, re)
+      if (path == SimdPath::Avx512) vnni ? q8_panels_vnni(W, bias, xb, nt, yb, static_cast<int>(pb), static_cast<int>(pe))
                                          : q8_rows_avx512_novnni(W, bias, xb, nt, yb, rb, re);
       else if (path == SimdPath::Avx2) q8_rows_avx2(W, bias, xb, nt, yb, rb, re);
       else q8_rows_portable(W, bias, xb, nt, yb, rb, re);
     }
   };
   const size_t n_panels = static_cast<size_t>(q8_padded_rows(W.rows)) / kQ8PanelRows;
-  if (ctx.pool) ctx.pool->parallel_for(n_panels, run, 2);
+  if (ctx.pool) ctx.pool->parallel_for(n_panels, run, 1);
   else run(0, n_panels);
 }
 

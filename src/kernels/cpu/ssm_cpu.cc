@@ -278,7 +278,7 @@ void embedding(const WeightView& E, const int32_t* ids, int T, float* out) {
     const size_t row = static_cast<size_t>(ids[t]) * E.cols;
     float* o = out + static_cast<size_t>(t) * E.cols;
     if (E.dtype == DType::I8) {
-      dequantize_q8_0_matrix_row(static_cast<const int8_t*>(E.data), E.scales, ids[t], E.cols, o);
+      dequantize_q8_0_matrix_row(static_cast<const uint8_t*>(E.data), E.scales, ids[t], E.cols, o);
     } else if (E.panels) {
       for (int c = 0; c < E.cols; ++c) {
         const size_t i = panel_index(ids[t], c, E.cols);

@@ -13,7 +13,7 @@ float silu(float x) { return x / (1.0f + std::exp(-x)); }
 
 static float weight_at(const WeightView& W, int r, int c) {
   if (W.dtype == DType::I8) {
-    const int8_t code = static_cast<const int8_t*>(W.data)[q8_code_index(r, c, W.cols)];
+    const int code = q8_weight_code(static_cast<const uint8_t*>(W.data), q8_code_index(r, c, W.cols));
     return static_cast<float>(code) * W.scales[q8_scale_index(r, c / kQ8Block, W.cols)];
   }
   const size_t i = W.panels ? panel_index(r, c, W.cols) : static_cast<size_t>(r) * W.cols + c;
@@ -27,7 +27,7 @@ static void matmul_q8(const WeightView& W, const float* bias, const float* x, in
   const int ld = q8_row_stride(W.cols), nb = q8_row_blocks(W.cols);
   std::vector<int8_t> xq(static_cast<size_t>(ld));
   std::vector<float> xs(static_cast<size_t>(nb));
-  const int8_t* codes = static_cast<const int8_t*>(W.data);
+  const uint8_t* codes = static_cast<const uint8_t*>(W.data);
   for (int t = 0; t < T; ++t) {
     quantize_q8_0_row(x + static_cast<size_t>(t) * W.cols, W.cols, xq.data(), xs.data());
     for (int r = 0; r < W.rows; ++r) {
@@ -35,7 +35,7 @@ static void matmul_q8(const WeightView& W, const float* bias, const float* x, in
       for (int b = 0; b < nb; ++b) {
         int64_t isum = 0;
         for (int i = b * kQ8Block; i < (b + 1) * kQ8Block; ++i)
-          isum += static_cast<int64_t>(codes[q8_code_index(r, i, W.cols)]) * xq[i];
+          isum += static_cast<int64_t>(q8_weight_code(codes, q8_code_index(r, i, W.cols))) * xq[i];
         acc += static_cast<double>(isum) * W.scales[q8_scale_index(r, b, W.cols)] * xs[b];
       }
       y[static_cast<size_t>(t) * W.rows + r] = static_cast<float>(acc);
