@@ -27,6 +27,7 @@ void quantize_q8_0_row(const float* x, int n, int8_t* codes, float* scales) {
       // A division, not x * (1 / d): 1 / d overflows for blocks below ~4e-37. |x / d| <= 127 up
       // to rounding; clamp anyway. nearbyint rounds half to even in the default mode.
       float v = x[c] / d;
+      if (v != v) v = x[c] > 0.0f ? 127.0f : -127.0f;  // inf / inf: the block's infinity (scale inf)
       v = v > 127.0f ? 127.0f : v < -127.0f ? -127.0f : v;
       codes[c] = static_cast<int8_t>(std::nearbyint(v));
     }

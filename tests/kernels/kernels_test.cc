@@ -6,6 +6,7 @@
 #include <complex>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <vector>
@@ -131,10 +132,43 @@ TEST(Q8, QuantizeRoundTripsWithinHalfAStep) {
   EXPECT_EQ(q[0], 127);
   EXPECT_EQ(q[1], -32);  // -31.75
   EXPECT_EQ(q[2], 0);
+  // An infinity: scale inf, code +-127 there and 0 elsewhere (the product stays infinite).
+  std::vector<float> inf(32, 1.0f);
+  inf[4] = -std::numeric_limits<float>::infinity();
+  quantize_q8_0_row(inf.data(), 32, q.data(), d.data());
+  EXPECT_EQ(q[4], -127);
+  EXPECT_EQ(q[5], 0);
+  EXPECT_TRUE(std::isinf(d[0]));
   std::vector<float> zeros(32, 0.0f);
   quantize_q8_0_row(zeros.data(), 32, q.data(), d.data());
   EXPECT_EQ(d[0], 0.0f);
   EXPECT_EQ(q[0], 0);
+}
+
+// The cpu kernels quantize a q8_0 matmul's activations with their own (vectorised) code: bitwise
+// the codes and scales of quantize_q8_0_row, including NaN, tiny, zero, halfway and padded blocks.
+TEST_F(Kernels, Q8ActivationQuantizationIsBitwiseTheScalarOne) {
+  for (int n : {1, 31, 70, 768, 1000}) {
+    const int T = 5;
+    auto x = randn(static_cast<size_t>(T) * n, 11, 3.0f);
+    x[0] = std::nanf("");
+    if (n > 40) {
+      for (int c = 32; c < 64 && c < n; ++c) x[c] = 0.0f;  // an all-zero block
+      x[n + 1] = 1e-38f, x[n + 2] = -2.5e-39f;              // a tiny block in row 1
+      x[2 * n + 3] = 127.0f, x[2 * n + 4] = 0.5f, x[2 * n + 5] = -1.5f;  // exact halves: round to even
+      x[3 * n + 7] = std::numeric_limits<float>::infinity();
+      x[4 * n + 9] = -std::numeric_limits<float>::infinity();
+    }
+    const int ld = q8_row_stride(n), nb = q8_row_blocks(n);
+    std::vector<int8_t> qc(static_cast<size_t>(T) * ld, 99), qr(qc.size(), 98);
+    std::vector<float> dc(static_cast<size_t>(T) * nb, -1.0f), dr(dc.size(), -2.0f);
+    cpu::quantize_q8_0_rows(ctx, x.data(), T, n, qc.data(), dc.data());
+    ref::quantize_q8_0_rows(ref_ctx, x.data(), T, n, qr.data(), dr.data());
+    for (size_t i = 0; i < qc.size(); ++i) ASSERT_EQ(qc[i], qr[i]) << "n " << n << " code " << i;
+    for (size_t i = 0; i < dc.size(); ++i)
+      ASSERT_EQ(std::memcmp(&dc[i], &dr[i], sizeof(float)), 0) << "n " << n << " scale " << i << ": " << dc[i] << " vs "
+                                                                << dr[i];
+  }
 }
 
 struct MatmulCase {

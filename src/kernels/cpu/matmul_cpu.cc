@@ -14,6 +14,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include <vector>
@@ -368,6 +369,43 @@ HYBRIDLM_VNNI void q8_panels_vnni(const WeightView& W, const float* bias, const 
   }
 }
 
+// quantize_q8_0_row with 16 lanes: the same operations per element (NaN skipped by the block
+// maximum, d = amax / 127, code = round-half-even(clamp(x / d)), zero codes for padding, NaN
+// and blocks with d <= 0), so codes and scales are bitwise the scalar function's (tested).
+HYBRIDLM_AVX512 HYBRIDLM_INLINE __m128i q8_codes16(__m512 v, __m512 d, __m512 lo, __m512 hi, __mmask16 keep) {
+  __m512 q = _mm512_div_ps(v, d);
+  const __mmask16 inf = _mm512_cmp_ps_mask(q, q, _CMP_UNORD_Q);  // inf / inf (NaN inputs are not kept)
+  const __m512i sign = _mm512_and_si512(_mm512_castps_si512(v), _mm512_set1_epi32(INT32_MIN));
+  q = _mm512_mask_blend_ps(inf, q, _mm512_castsi512_ps(_mm512_or_si512(sign, _mm512_castps_si512(hi))));
+  const __m512 c = _mm512_min_ps(_mm512_max_ps(q, lo), hi);
+  const __m512 r = _mm512_roundscale_ps(c, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  return _mm512_maskz_cvtsepi32_epi8(keep, _mm512_cvtps_epi32(r));
+}
+HYBRIDLM_AVX512 void quantize_row_avx512(const float* x, int n, int8_t* codes, float* scales) {
+  const int stride = q8_row_stride(n);
+  const __m512 lo = _mm512_set1_ps(-127.0f), hi = _mm512_set1_ps(127.0f);
+  for (int b0 = 0; b0 < stride; b0 += kQ8Block) {
+    const int valid = std::clamp(n - b0, 0, kQ8Block);
+    const __mmask16 m0 = static_cast<__mmask16>((1u << std::min(valid, 16)) - 1);
+    const __mmask16 m1 = static_cast<__mmask16>((1u << std::max(valid - 16, 0)) - 1);
+    const __m512 v0 = _mm512_maskz_loadu_ps(m0, x + b0), v1 = _mm512_maskz_loadu_ps(m1, x + b0 + 16);
+    const __mmask16 ok0 = _mm512_cmp_ps_mask(v0, v0, _CMP_ORD_Q), ok1 = _mm512_cmp_ps_mask(v1, v1, _CMP_ORD_Q);
+    const __m512 zero = _mm512_setzero_ps();
+    const __m512 a = _mm512_max_ps(_mm512_mask_abs_ps(zero, ok0, v0), _mm512_mask_abs_ps(zero, ok1, v1));
+    const float amax = _mm512_reduce_max_ps(a);
+    const float d = amax / 127.0f;
+    scales[b0 / kQ8Block] = (ok0 & ok1) != 0xffff ? std::nanf("") : d;
+    __m128i q0 = _mm_setzero_si128(), q1 = q0;
+    if (d > 0.0f) {
+      const __m512 dv = _mm512_set1_ps(d);
+      q0 = q8_codes16(v0, dv, lo, hi, static_cast<__mmask16>(ok0 & m0));
+      q1 = q8_codes16(v1, dv, lo, hi, static_cast<__mmask16>(ok1 & m1));
+    }
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + b0), q0);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + b0 + 16), q1);
+  }
+}
+
 // The quantized activations of the calling thread's current matmul (grown, never shrunk: no
 // allocation per decode step once warm).
 struct Q8Scratch {
@@ -389,9 +427,9 @@ void matmul_q8(const KernelContext& ctx, const WeightView& W, const float* bias,
   int8_t* codes = s.codes.data();
   float* scales = s.scales.data();
   int32_t* fix = s.bias_fix.data();
+  quantize_q8_0_rows(ctx, x, T, K, codes, scales);
   parallel(ctx, static_cast<size_t>(T), 16, [&](size_t b, size_t e) {
     for (size_t t = b; t < e; ++t) {
-      quantize_q8_0_row(x + t * K, K, codes + t * ld, scales + t * nb);
       for (int blk = 0; blk < nb; ++blk) {
         int32_t sum = 0;
         for (int i = 0; i < kQ8Block; ++i) sum += codes[t * ld + static_cast<size_t>(blk) * kQ8Block + i];
@@ -421,6 +459,17 @@ void matmul_q8(const KernelContext& ctx, const WeightView& W, const float* bias,
 }
 
 }  // namespace
+
+void quantize_q8_0_rows(const KernelContext& ctx, const float* x, int T, int n, int8_t* codes, float* scales) {
+  const int ld = q8_row_stride(n), nb = q8_row_blocks(n);
+  const bool avx512 = simd_path() == SimdPath::Avx512;
+  parallel(ctx, static_cast<size_t>(T), 16, [&](size_t b, size_t e) {
+    for (size_t t = b; t < e; ++t) {
+      if (avx512) quantize_row_avx512(x + t * n, n, codes + t * ld, scales + t * nb);
+      else quantize_q8_0_row(x + t * n, n, codes + t * ld, scales + t * nb);
+    }
+  });
+}
 
 void matmul(const KernelContext& ctx, const WeightView& W, const float* bias, const float* x,
             int T, float* y) {

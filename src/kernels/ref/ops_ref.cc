@@ -43,6 +43,12 @@ static void matmul_q8(const WeightView& W, const float* bias, const float* x, in
   }
 }
 
+void quantize_q8_0_rows(const KernelContext&, const float* x, int T, int n, int8_t* codes, float* scales) {
+  for (int t = 0; t < T; ++t)
+    quantize_q8_0_row(x + static_cast<size_t>(t) * n, n, codes + static_cast<size_t>(t) * q8_row_stride(n),
+                      scales + static_cast<size_t>(t) * q8_row_blocks(n));
+}
+
 void matmul(const KernelContext&, const WeightView& W, const float* bias, const float* x, int T,
             float* y) {
   if (W.dtype == DType::I8) return matmul_q8(W, bias, x, T, y);
