@@ -47,10 +47,11 @@ void mamba1_forward(const KernelContext& ctx, const Mamba1Spec& s, const Mamba1W
   // xz: (T, 2I) = u @ in_proj^T; x = xz[:, :I], z = xz[:, I:]
   cpu::matmul(ctx, w.in_proj.view(), data_or_null(w.in_proj_bias), u, T, sc.xz.data());
   // xc: (T, I) = silu(causal_conv(x)), per sequence from its conv state
-  for (const SeqRun& r : runs)
-    cpu::conv1d_causal(ctx, sc.xz.data() + static_cast<size_t>(r.start) * 2 * I, 2 * I, w.conv_w.data(),
+  for_each_run(ctx, runs, [&](const KernelContext& c, const SeqRun& r) {
+    cpu::conv1d_causal(c, sc.xz.data() + static_cast<size_t>(r.start) * 2 * I, 2 * I, w.conv_w.data(),
                        data_or_null(w.conv_b), r.conv_state, r.len, I, K, true,
                        sc.xc.data() + static_cast<size_t>(r.start) * I);
+  });
   // xdbc: (T, R + 2N) = xc @ x_proj^T -> dt_in (R), B (N), C (N)
   cpu::matmul(ctx, w.x_proj.view(), nullptr, sc.xc.data(), T, sc.xdbc.data());
   for (int t = 0; t < T; ++t) {
@@ -66,13 +67,13 @@ void mamba1_forward(const KernelContext& ctx, const Mamba1Spec& s, const Mamba1W
   cpu::matmul(ctx, w.dt_proj.view(), w.dt_bias.data(), sc.dt_in.data(), T, sc.dt.data());
   cpu::softplus(ctx, sc.dt.data(), sc.dt.size());
   // y: (T, I) = selective scan, gated by silu(z)
-  for (const SeqRun& r : runs) {
+  for_each_run(ctx, runs, [&](const KernelContext& c, const SeqRun& r) {
     const size_t o = static_cast<size_t>(r.start);
     const float* dbc = sc.xdbc.data() + o * ld_dbc;
-    cpu::mamba1_scan(ctx, sc.xc.data() + o * I, I, sc.dt.data() + o * I, w.A.data(), dbc + R, dbc + R + N,
+    cpu::mamba1_scan(c, sc.xc.data() + o * I, I, sc.dt.data() + o * I, w.A.data(), dbc + R, dbc + R + N,
                      ld_dbc, w.D.data(), sc.xz.data() + o * 2 * I + I, 2 * I, r.ssm_state, r.len, I, N,
                      sc.y.data() + o * I);
-  }
+  });
   // out: (T, H) = y @ out_proj^T
   cpu::matmul(ctx, w.out_proj.view(), data_or_null(w.out_proj_bias), sc.y.data(), T, out);
 }

@@ -70,10 +70,11 @@ void mamba2_forward(const KernelContext& ctx, const Mamba2Spec& s, const Mamba2W
     }
   }
   // xbc: (T, conv_dim) = silu(causal_conv(xBC)), per sequence from its conv state
-  for (const SeqRun& r : runs)
-    cpu::conv1d_causal(ctx, sc.zxbcdt.data() + static_cast<size_t>(r.start) * W + xbc_off, W, w.conv_w.data(),
+  for_each_run(ctx, runs, [&](const KernelContext& c, const SeqRun& r) {
+    cpu::conv1d_causal(c, sc.zxbcdt.data() + static_cast<size_t>(r.start) * W + xbc_off, W, w.conv_w.data(),
                        data_or_null(w.conv_b), r.conv_state, r.len, conv_dim, K, true,
                        sc.xbc.data() + static_cast<size_t>(r.start) * conv_dim);
+  });
   // dt: (T, nh) = clamp(softplus(dt_raw + dt_bias), time_step_limit)
   for (int t = 0; t < T; ++t)
     for (int h = 0; h < nh; ++h)
@@ -86,17 +87,17 @@ void mamba2_forward(const KernelContext& ctx, const Mamba2Spec& s, const Mamba2W
   // for GPU tensor cores. On CPU the intra-chunk work grows with the chunk while the state pass
   // does not, and 32-64 measured fastest (docs/benchmarks.md), so cap it.
   const int chunk = std::min(s.chunk_size, kCpuSsdChunk);
-  for (const SeqRun& r : runs) {
+  for_each_run(ctx, runs, [&](const KernelContext& c, const SeqRun& r) {
     const size_t o = static_cast<size_t>(r.start);
     const float* xr = sc.xbc.data() + o * conv_dim;
     if (r.len == 1) {  // decode: the plain recurrence
-      cpu::ssd_step(ctx, xr, sc.dt.data() + o * nh, w.A.data(), xr + I, xr + I + G * N, w.D.data(), dims,
+      cpu::ssd_step(c, xr, sc.dt.data() + o * nh, w.A.data(), xr + I, xr + I + G * N, w.D.data(), dims,
                     r.ssm_state, sc.y.data() + o * I);
-      continue;
+      return;
     }
-    cpu::ssd_scan(ctx, xr, conv_dim, sc.dt.data() + o * nh, w.A.data(), xr + I, xr + I + G * N, conv_dim,
+    cpu::ssd_scan(c, xr, conv_dim, sc.dt.data() + o * nh, w.A.data(), xr + I, xr + I + G * N, conv_dim,
                   w.D.data(), dims, chunk, r.ssm_state, r.len, sc.y.data() + o * I);
-  }
+  });
   const int group = s.norm_grouping == NormGrouping::Grouped ? I / G : I;
   if (s.gate_norm && !s.norm_before_gate) {
     // g: (T, I) = norm_w * rmsnorm_groups(y * silu(z))

@@ -2,6 +2,10 @@
 // the sequence it continues.
 #pragma once
 
+#include <algorithm>
+#include <span>
+
+#include "base/thread_pool.h"
 #include "kernels/kernels.h"
 
 namespace hybridlm {
@@ -14,5 +18,23 @@ struct SeqRun {
   float* ssm_state = nullptr;   // the layer's SSM state of this sequence
   PagedKv kv;                   // attention layers: the sequence's KV pages, room made for len more
 };
+
+// fn(kernel_context, run) for every run. A batch of single-token runs (sequences decoding
+// together) is split over the pool by sequence, each kernel call then on one thread: one parallel
+// call per layer instead of one per sequence. The kernels split channels or heads, which never
+// interact, so the results are the same either way.
+template <class Fn>
+void for_each_run(const KernelContext& ctx, std::span<const SeqRun> runs, Fn&& fn) {
+  const bool by_sequence = ctx.pool && ctx.pool->size() > 1 && runs.size() > 1 &&
+                           std::all_of(runs.begin(), runs.end(), [](const SeqRun& r) { return r.len == 1; });
+  if (!by_sequence) {
+    for (const SeqRun& r : runs) fn(ctx, r);
+    return;
+  }
+  const KernelContext one{};
+  ctx.pool->parallel_for(runs.size(), [&](size_t b, size_t e) {
+    for (size_t i = b; i < e; ++i) fn(one, runs[i]);
+  });
+}
 
 }  // namespace hybridlm
