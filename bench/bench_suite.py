@@ -49,13 +49,20 @@ def bench(exe, model, dtype, threads, reps, p, n, batch=1):
 
 
 def fmt_rate(r):
+    """pp: GFLOP/s against the FP32 FMA peak (q8_0: GOP/s against the int8 VNNI peak); tg: weight
+    GB/s against the read bandwidth, then the same with every sequence's state read and written."""
     if r["test"].startswith("pp"):
-        rate, peak, unit = r["gflops"], r["peak_gflops"], "GFLOP/s"
+        int8 = r.get("peak_is_int8", 0) > 0
+        rate, peak, unit = r["gflops"], r["peak_gflops"], "GOP/s" if int8 else "GFLOP/s"
+        peak_name = " int8" if int8 else ""
     else:
-        rate, peak, unit = r["gbps"], r["peak_gbps"], "GB/s"
-    # The FMA peak is measured only on the AVX-512 path (0 otherwise).
-    of = f" ({100 * rate / peak:.0f}% of {peak:.1f})" if peak > 0 else ""
-    return f"{rate:.1f} {unit}{of}"
+        rate, peak, unit, peak_name = r["gbps"], r["peak_gbps"], "GB/s", ""
+    # The compute peaks are measured only on the AVX-512 path (0 otherwise).
+    of = f" ({100 * rate / peak:.0f}% of {peak:.1f}{peak_name})" if peak > 0 else ""
+    text = f"{rate:.1f} {unit}{of}"
+    if "gbps_with_state" in r and peak > 0:
+        text += f"; with state {r['gbps_with_state']:.1f} ({100 * r['gbps_with_state'] / peak:.0f}%)"
+    return text
 
 
 def svg_panel(x0, y0, w, h, title, xlabel, ylabel, series):
@@ -147,8 +154,9 @@ def main():
           f"{' --large' if args.large else ''}{' --quick' if args.quick else ''}` on {when}, commit {commit}, "
           f"{cpu}, {os.cpu_count()} CPUs, {platform.system()} {platform.release()}. Mean ± standard deviation "
           f"over {args.reps} runs after a warm-up. Rates are against the machine's read bandwidth and FP32 FMA "
-          "peak measured in the same process (tg: weight bytes read per step; pp: 2 x projection "
-          "parameters per token).", "",
+          "peak (q8_0 prefill: int8 VNNI peak) measured in the same process (tg: weight bytes read per "
+          "step, then weights plus the recurrent state of every sequence read and written; pp: 2 x "
+          "projection parameters per token).", "",
           "| model (random weights) | dtype | weights | test | tokens/s | achieved (of the same-run peak) |",
           "|---|---|---|---|---|---|"]
     for r in rows:

@@ -86,10 +86,40 @@ double fma_peak_gflops(ThreadPool& pool) {
   return static_cast<double>(pool.size()) * iters * 16 * 16 * 2 / seconds_since(t0) / 1e9;
 }
 
+// Int8 peak (AVX512_VNNI): 12 independent vpdpbusd chains per thread, 64 multiply-adds (128 ops)
+// each; the rate a q8_0 prefill's matmuls run at.
+__attribute__((target("avx512f,avx512vnni"))) int vnni_loop(long iters) {
+  __m512i a[12];
+  for (auto& v : a) v = _mm512_setzero_si512();
+  const __m512i x = _mm512_set1_epi8(3), y = _mm512_set1_epi8(-2);
+  for (long i = 0; i < iters; ++i) {
+    for (auto& v : a) v = _mm512_dpbusd_epi32(v, x, y);
+    asm volatile("" : "+v"(a[0]), "+v"(a[1]), "+v"(a[2]), "+v"(a[3]), "+v"(a[4]), "+v"(a[5]), "+v"(a[6]), "+v"(a[7]),
+                 "+v"(a[8]), "+v"(a[9]), "+v"(a[10]), "+v"(a[11]));
+  }
+  alignas(64) int32_t lanes[16];
+  __m512i s = a[0];
+  for (int k = 1; k < 12; ++k) s = _mm512_add_epi32(s, a[k]);
+  _mm512_store_si512(lanes, s);
+  return lanes[0];
+}
+
+double vnni_peak_gops(ThreadPool& pool) {
+  if (cpu::simd_path() != cpu::SimdPath::Avx512 || !cpu::has_avx512_vnni()) return 0;
+  const long iters = 20'000'000;
+  std::vector<int> sink(static_cast<size_t>(pool.size()));
+  const auto t0 = Clock::now();
+  pool.parallel_for(static_cast<size_t>(pool.size()), [&](size_t b, size_t e) {
+    for (size_t i = b; i < e; ++i) sink[i] = vnni_loop(iters);
+  });
+  return static_cast<double>(pool.size()) * iters * 12 * 64 * 2 / seconds_since(t0) / 1e9;
+}
+
 struct Row {
   std::string test;
   Stat tps;
-  double rate = 0;  // GB/s (tg) or GFLOP/s (pp)
+  double rate = 0;             // GB/s of weights (tg) or GFLOP/s (pp)
+  double rate_with_state = 0;  // tg: GB/s of weights + every sequence's state read and written
 };
 
 }  // namespace
@@ -116,7 +146,12 @@ int run_bench(const BenchOptions& o) {
 
   ThreadPool probe(engine.threads());
   const double bw = read_bandwidth_gbs(probe);
-  const double peak = fma_peak_gflops(probe);
+  const bool q8 = o.engine.load.dtype == WeightDType::Q8_0;
+  // q8_0 matmuls run on int8 dot products: their prefill is measured against the int8 peak.
+  const double peak = q8 && cpu::has_avx512_vnni() ? vnni_peak_gops(probe) : fma_peak_gflops(probe);
+  const char* peak_name = q8 && cpu::has_avx512_vnni() ? "int8 VNNI peak" : "FP32 FMA peak";
+  // Decode also reads and writes every sequence's recurrent state (conv + SSM) once per step.
+  const double state_bytes = static_cast<double>(engine.cache().state_bytes_per_sequence());
   // Matmul FLOPs per prompt token: 2 x the projection weights (the embedding is a lookup and the
   // head runs once per prompt).
   const double head_params = static_cast<double>(V) * c.d_model * (c.tie_embeddings ? 1 : 2);
@@ -139,7 +174,7 @@ int run_bench(const BenchOptions& o) {
     rows.push_back({"pp" + std::to_string(o.prompt_tokens), stat_of(tps), stat_of(rate).mean});
   }
   {  // tg: batch sequences decode gen_tokens steps together; every step reads all weights once
-    std::vector<double> tps, rate;
+    std::vector<double> tps, rate, rate_state;
     for (int r = 0; r < o.reps + 1; ++r) {
       std::vector<int> slots;
       std::vector<BatchRun> runs;
@@ -163,8 +198,10 @@ int run_bench(const BenchOptions& o) {
       if (r == 0) continue;
       tps.push_back(static_cast<double>(o.batch) * o.gen_tokens / dt);
       rate.push_back(static_cast<double>(m.weight_bytes()) * o.gen_tokens / dt / 1e9);
+      rate_state.push_back((static_cast<double>(m.weight_bytes()) + 2.0 * state_bytes * o.batch) * o.gen_tokens / dt /
+                           1e9);
     }
-    rows.push_back({"tg" + std::to_string(o.gen_tokens), stat_of(tps), stat_of(rate).mean});
+    rows.push_back({"tg" + std::to_string(o.gen_tokens), stat_of(tps), stat_of(rate).mean, stat_of(rate_state).mean});
   }
 
   const std::string dtype = o.engine.load.dtype == WeightDType::BF16   ? "bf16"
@@ -178,26 +215,35 @@ int run_bench(const BenchOptions& o) {
       std::printf(
           "  {\"model\": \"%s\", \"family\": \"%s\", \"dtype\": \"%s\", \"test\": \"%s\", \"threads\": %d, "
           "\"batch\": %d, \"tokens_per_second\": %.3f, \"stddev\": %.3f, \"%s\": %.2f, \"%s\": %.2f, "
-          "\"weight_bytes\": %zu, \"peak_rss_bytes\": %.0f}%s\n",
+          "\"%s\": %.2f, \"weight_bytes\": %zu, \"state_bytes_per_sequence\": %.0f, \"peak_rss_bytes\": %.0f}%s\n",
           o.model_dir.c_str(), c.family.c_str(), dtype.c_str(), r.test.c_str(), engine.threads(), pp ? 1 : o.batch,
           r.tps.mean, r.tps.sd, pp ? "gflops" : "gbps", r.rate, pp ? "peak_gflops" : "peak_gbps", pp ? peak : bw,
-          m.weight_bytes(), peak_rss_bytes(), i + 1 < rows.size() ? "," : "");
+          pp ? "peak_is_int8" : "gbps_with_state", pp ? (q8 && cpu::has_avx512_vnni() ? 1.0 : 0.0) : r.rate_with_state,
+          m.weight_bytes(), state_bytes, peak_rss_bytes(), i + 1 < rows.size() ? "," : "");
     }
     std::printf("]\n");
     return 0;
   }
-  std::printf("machine (same run, %d threads): read bandwidth %.1f GB/s, FP32 FMA peak %.0f GFLOP/s\n",
-              engine.threads(), bw, peak);
-  std::printf("| model | family | dtype | threads | batch | test | t/s | achieved | of peak |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|\n");
+  std::printf("machine (same run, %d threads): read bandwidth %.1f GB/s, %s %.0f G%s/s\n", engine.threads(), bw,
+              peak_name, peak, q8 ? "OP" : "FLOP");
+  std::printf("| model | family | dtype | threads | batch | test | t/s | achieved | of peak | with state |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
+  auto pct = [](double v, double base) {
+    return base > 0 ? std::to_string(static_cast<int>(100 * v / base + 0.5)) + "%" : std::string("-");
+  };
   for (const Row& r : rows) {
     const bool pp = r.test[0] == 'p';
     const double base = pp ? peak : bw;
-    std::printf("| %s | %s | %s | %d | %d | %s | %.2f ± %.2f | %.1f %s | %s |\n", o.model_dir.c_str(),
+    // tg "with state": weights plus each sequence's recurrent state read and written per step.
+    char ws[64] = "-";
+    if (!pp) std::snprintf(ws, sizeof ws, "%.1f GB/s (%s)", r.rate_with_state, pct(r.rate_with_state, bw).c_str());
+    const std::string with_state = ws;
+    std::printf("| %s | %s | %s | %d | %d | %s | %.2f ± %.2f | %.1f %s | %s | %s |\n", o.model_dir.c_str(),
                 c.family.c_str(), dtype.c_str(), engine.threads(), pp ? 1 : o.batch, r.test.c_str(), r.tps.mean,
-                r.tps.sd, r.rate, pp ? "GFLOP/s" : "GB/s",
-                base > 0 ? (std::to_string(static_cast<int>(100 * r.rate / base + 0.5)) + "%").c_str() : "-");
+                r.tps.sd, r.rate, pp ? (q8 ? "GOP/s" : "GFLOP/s") : "GB/s", pct(r.rate, base).c_str(),
+                with_state.c_str());
   }
+  std::printf("state per sequence: %s (read and written once per decode step)\n", format_bytes(state_bytes).c_str());
   std::printf("peak RSS: %s (weights %s)\n", format_bytes(peak_rss_bytes()).c_str(),
               format_bytes(static_cast<double>(m.weight_bytes())).c_str());
   return 0;
