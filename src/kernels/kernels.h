@@ -19,8 +19,8 @@ struct KernelContext {
 };
 
 // A weight matrix W: (rows, cols) row-major (W is PyTorch's Linear.weight: (out, in)) in f32, bf16
-// or q8_0. q8_0 (dtype I8, see tensor/quant.h): `data` holds the int8 codes and `scales` one f32
-// per 32 codes, both in the 8-row panel layout of quantize_q8_0_matrix. A q8_0
+// or q8_0. q8_0 (dtype I8, see tensor/quant.h): `data` holds the codes (biased: uint8 q + 128)
+// and `scales` one f32 per 32 codes, both in the 16-row panel layout of quantize_q8_0_matrix. A q8_0
 // matmul quantizes each activation row to q8_0 too and sums integer block products (as llama.cpp's
 // q8_0 x q8_0 dot): y = sum over blocks of (sum_i qw_i qx_i) * dw * dx.
 // f32 and bf16 weights come row-major (as mapped from the checkpoint) or, when copied at load, in

@@ -384,6 +384,29 @@ TEST_F(Kernels, SsdRefEqualsSequentialRecurrenceAndCpuEqualsRef) {
   }
 }
 
+// Causality, bitwise: outputs before token t do not change when token t's input becomes infinite
+// (the register-tiled SSD computes rows in pairs; the later row's token must not enter the
+// earlier one, even multiplied by 0).
+TEST_F(Kernels, SsdEarlierOutputsIgnoreLaterTokens) {
+  const SsdDims dm{4, 64, 2, 32};
+  const int T = 37, chunk = 16, bad = 7, nhP = dm.n_heads * dm.head_dim, GN = dm.n_groups * dm.d_state;
+  const int ld_x = nhP + 2 * GN;
+  auto row = randn(static_cast<size_t>(T) * ld_x, 40);
+  auto dt = uniform(T * dm.n_heads, 41, 0.001f, 0.3f);
+  auto A = uniform(dm.n_heads, 42, -4.0f, -0.2f), D = randn(dm.n_heads, 43);
+  const size_t sn = static_cast<size_t>(nhP) * dm.d_state;
+  auto run = [&](const std::vector<float>& r) {
+    std::vector<float> S(sn, 0.0f), y(static_cast<size_t>(T) * nhP);
+    cpu::ssd_scan(ctx, r.data(), ld_x, dt.data(), A.data(), r.data() + nhP, r.data() + nhP + GN, ld_x, D.data(), dm,
+                  chunk, S.data(), T, y.data());
+    return y;
+  };
+  const auto want = run(row);
+  for (int c = 0; c < nhP; ++c) row[static_cast<size_t>(bad) * ld_x + c] = std::numeric_limits<float>::infinity();
+  const auto got = run(row);
+  for (size_t i = 0; i < static_cast<size_t>(bad) * nhP; ++i) ASSERT_EQ(got[i], want[i]) << "output " << i;
+}
+
 TEST_F(Kernels, SsdStepMatchesRefAndTheSequentialRecurrence) {
   const SsdDims shapes[] = {{4, 8, 1, 16}, {8, 4, 2, 12}, {24, 64, 1, 128}};
   for (const SsdDims& dm : shapes) {

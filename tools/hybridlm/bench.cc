@@ -146,10 +146,11 @@ int run_bench(const BenchOptions& o) {
 
   ThreadPool probe(engine.threads());
   const double bw = read_bandwidth_gbs(probe);
-  const bool q8 = o.engine.load.dtype == WeightDType::Q8_0;
-  // q8_0 matmuls run on int8 dot products: their prefill is measured against the int8 peak.
-  const double peak = q8 && cpu::has_avx512_vnni() ? vnni_peak_gops(probe) : fma_peak_gflops(probe);
-  const char* peak_name = q8 && cpu::has_avx512_vnni() ? "int8 VNNI peak" : "FP32 FMA peak";
+  // q8_0 matmuls run on int8 dot products (VNNI): their prefill is measured against the int8 peak.
+  const bool q8 = o.engine.load.dtype == WeightDType::Q8_0 && cpu::simd_path() == cpu::SimdPath::Avx512 &&
+                  cpu::has_avx512_vnni();
+  const double peak = q8 ? vnni_peak_gops(probe) : fma_peak_gflops(probe);
+  const char* peak_name = q8 ? "int8 VNNI peak" : "FP32 FMA peak";
   // Decode also reads and writes every sequence's recurrent state (conv + SSM) once per step.
   const double state_bytes = static_cast<double>(engine.cache().state_bytes_per_sequence());
   // Matmul FLOPs per prompt token: 2 x the projection weights (the embedding is a lookup and the
@@ -218,7 +219,7 @@ int run_bench(const BenchOptions& o) {
           "\"%s\": %.2f, \"weight_bytes\": %zu, \"state_bytes_per_sequence\": %.0f, \"peak_rss_bytes\": %.0f}%s\n",
           o.model_dir.c_str(), c.family.c_str(), dtype.c_str(), r.test.c_str(), engine.threads(), pp ? 1 : o.batch,
           r.tps.mean, r.tps.sd, pp ? "gflops" : "gbps", r.rate, pp ? "peak_gflops" : "peak_gbps", pp ? peak : bw,
-          pp ? "peak_is_int8" : "gbps_with_state", pp ? (q8 && cpu::has_avx512_vnni() ? 1.0 : 0.0) : r.rate_with_state,
+          pp ? "peak_is_int8" : "gbps_with_state", pp ? (q8 ? 1.0 : 0.0) : r.rate_with_state,
           m.weight_bytes(), state_bytes, peak_rss_bytes(), i + 1 < rows.size() ? "," : "");
     }
     std::printf("]\n");

@@ -197,6 +197,7 @@ HYBRIDLM_AVX512 void finish_tile(const float* lane, const float* bias, int r0, i
 void gemm_lanes_avx512(const KernelContext& ctx, const WeightView& W, const float* bias, const float* x, int T,
                        float* y) {
   const int K = W.cols, N = W.rows, KS = (K + kLanes - 1) / kLanes;
+  if (N <= 0 || T <= 0) return;
   const bool bf16 = W.dtype == DType::BF16;
   const size_t tile_a = static_cast<size_t>(kLanes) * KS * kMR;
   float* a = grow(scratch().a, tile_a * ((kBlockTokens + kMR - 1) / kMR));
@@ -215,12 +216,14 @@ void gemm_lanes_avx512(const KernelContext& ctx, const WeightView& W, const floa
       GemmScratch& s = scratch();
       float* b = grow(s.b, static_cast<size_t>(kLanes) * KS * kNR);
       float* lane = grow(s.lane, static_cast<size_t>(kLanes) * kMR * kNR);
+      int packed = -1;  // the panel in b (a thread's items are consecutive: runs of one panel)
       for (size_t w = wb; w < we; ++w) {
         const int r0 = static_cast<int>(w / runs) * kNR;
         const int i_begin = static_cast<int>(w % runs) * tiles_per_run;
         const int i_end = std::min(n_tiles, i_begin + tiles_per_run);
         if (i_begin >= i_end) continue;
-        bf16 ? pack_rows<true>(W, KS, r0, b) : pack_rows<false>(W, KS, r0, b);
+        if (packed != r0) bf16 ? pack_rows<true>(W, KS, r0, b) : pack_rows<false>(W, KS, r0, b);
+        packed = r0;
         for (int i = i_begin; i < i_end; ++i) {
           const float* ai = a + static_cast<size_t>(i) * tile_a;
           for (int l = 0; l < kLanes; ++l)

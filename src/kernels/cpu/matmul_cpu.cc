@@ -234,7 +234,8 @@ HYBRIDLM_AVX512 void rows_avx512(const WeightView& W, const float* bias, const f
 // ---- q8_0 weights ----------------------------------------------------------------------------
 // Every path sums each (token, row) the same way: per block of 32 columns an exact integer sum
 // of code products, then acc = acc + float(isum) * (dw * dx) over the blocks in order, then the
-// bias. The VNNI kernel is written for the panel layout (tensor/quant.h): 16 rows per vector, a
+// bias (the VNNI kernel fuses the last multiply-add, the portable loops may not: paths differ by
+// rounding, each is batch-invariant). The VNNI kernel is written for the panel layout (tensor/quant.h): 16 rows per vector, a
 // token's 4 codes of a group broadcast to every lane, the bias of the unsigned weight codes
 // (q + 128) removed by starting each block's sum at -128 * (sum of the token's codes in the
 // block). Its per-output operations do not depend on the tile, so results are batch-invariant.

@@ -76,7 +76,7 @@ HYBRIDLM_AVX512 void ssd_head(const float* x, int ld_x, const float* dt, float A
   const float* Cg = C + static_cast<size_t>(g) * N;
   for (int c0 = 0, ci = 0; c0 < T; c0 += chunk, ++ci) {
     const int Q = std::min(chunk, T - c0);
-    const float* cb = cb_all + static_cast<size_t>(ci) * kQ * kQ;
+    const float* cb = cb_all + static_cast<size_t>(ci) * chunk * kQ;
     float acc_s = 0;
     for (int i = 0; i < Q; ++i) {
       acc_s += dt[static_cast<size_t>(c0 + i) * nh + h] * A;
@@ -122,7 +122,7 @@ HYBRIDLM_AVX512 void ssd_head(const float* x, int ld_x, const float* dt, float A
 #pragma GCC unroll 8
       for (int v = 0; v < PV; ++v) a0[v] = _mm512_mul_ps(a0[v], e0), a1[v] = _mm512_mul_ps(a1[v], e1);
       const float *L0 = L + i * kQ, *L1 = L + i1 * kQ;
-      for (int j = 0; j <= i1; ++j) {
+      for (int j = 0; j <= i; ++j) {
         const __m512 l0 = _mm512_set1_ps(L0[j]), l1 = _mm512_set1_ps(L1[j]);
         const float* xj = xc + static_cast<size_t>(j) * ld_x;
 #pragma GCC unroll 8
@@ -131,6 +131,12 @@ HYBRIDLM_AVX512 void ssd_head(const float* x, int ld_x, const float* dt, float A
           a0[v] = _mm512_fmadd_ps(l0, xv, a0[v]);
           a1[v] = _mm512_fmadd_ps(l1, xv, a1[v]);
         }
+      }
+      if (i1 > i) {  // row i1's own token, kept out of row i (0 * inf would be NaN there)
+        const __m512 l1 = _mm512_set1_ps(L1[i1]);
+        const float* xj = xc + static_cast<size_t>(i1) * ld_x;
+#pragma GCC unroll 8
+        for (int v = 0; v < PV; ++v) a1[v] = _mm512_fmadd_ps(l1, _mm512_loadu_ps(xj + 16 * v), a1[v]);
       }
       const __m512 dv = _mm512_set1_ps(Dh);
       const float *x0 = xc + static_cast<size_t>(i) * ld_x, *x1 = xc + static_cast<size_t>(i1) * ld_x;
@@ -183,8 +189,8 @@ bool ssd_scan_avx512(const KernelContext& ctx, const float* x, int ld_x, const f
   const int P = dm.head_dim, N = dm.d_state, nh = dm.n_heads, G = dm.n_groups;
   if ((P != 16 && P != 32 && P != 64 && P != 128) || chunk > kQ || chunk < 1 || T < 1) return false;
   const int n_chunks = (T + chunk - 1) / chunk, hpg = nh / G;
-  thread_local std::vector<float> cb_all;  // the calling thread's: [group][chunk][kQ][kQ]
-  const size_t cb_size = static_cast<size_t>(kQ) * kQ;
+  thread_local std::vector<float> cb_all;  // the calling thread's: [group][chunk][chunk rows][kQ]
+  const size_t cb_size = static_cast<size_t>(chunk) * kQ;
   if (cb_all.size() < static_cast<size_t>(G) * n_chunks * cb_size) cb_all.resize(static_cast<size_t>(G) * n_chunks * cb_size);
   float* cbp = cb_all.data();
   parallel(ctx, static_cast<size_t>(G) * n_chunks, 1, [&](size_t b, size_t e) {
