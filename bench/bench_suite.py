@@ -48,18 +48,31 @@ def bench(exe, model, dtype, threads, reps, p, n, batch=1):
     return next(r for r in rows if r["test"].startswith("pp")), next(r for r in rows if r["test"].startswith("tg"))
 
 
-def fmt_rate(r):
+def machine_peaks(rows):
+    """The machine's peaks as the median of what each probe measured over the whole suite (and
+    their range): every bench run measures them once at its start, and on this shared host a
+    single probe swings widely (read bandwidth 26-49 GB/s, FP32 peak 117-228 GFLOP/s within one
+    suite), so a run's own probe is a poor yardstick for its own rate."""
+    def stats(key, want):
+        vals = sorted(r[key] for r in rows if key in r and want(r) and r[key] > 0)
+        if not vals:
+            return 0.0, 0.0, 0.0
+        return vals[len(vals) // 2], vals[0], vals[-1]
+    return {"gbps": stats("peak_gbps", lambda r: True),
+            "fp32": stats("peak_gflops", lambda r: r.get("peak_is_int8", 0) == 0),
+            "int8": stats("peak_gflops", lambda r: r.get("peak_is_int8", 0) > 0)}
+
+
+def fmt_rate(r, peaks):
     """pp: GFLOP/s against the FP32 FMA peak (q8_0: GOP/s against the int8 VNNI peak); tg: weight
     GB/s against the read bandwidth, then the same with every sequence's state read and written."""
     if r["test"].startswith("pp"):
         int8 = r.get("peak_is_int8", 0) > 0
-        rate, peak, unit = r["gflops"], r["peak_gflops"], "GOP/s" if int8 else "GFLOP/s"
-        peak_name = " int8" if int8 else ""
+        rate, peak, unit = r["gflops"], peaks["int8" if int8 else "fp32"][0], "GOP/s" if int8 else "GFLOP/s"
     else:
-        rate, peak, unit, peak_name = r["gbps"], r["peak_gbps"], "GB/s", ""
+        rate, peak, unit = r["gbps"], peaks["gbps"][0], "GB/s"
     # The compute peaks are measured only on the AVX-512 path (0 otherwise).
-    of = f" ({100 * rate / peak:.0f}% of {peak:.1f}{peak_name})" if peak > 0 else ""
-    text = f"{rate:.1f} {unit}{of}"
+    text = f"{rate:.1f} {unit}" + (f" ({100 * rate / peak:.0f}%)" if peak > 0 else "")
     if "gbps_with_state" in r and peak > 0:
         text += f"; with state {r['gbps_with_state']:.1f} ({100 * r['gbps_with_state'] / peak:.0f}%)"
     return text
@@ -106,6 +119,86 @@ def write_svg(path, prompt_sweep, batch_sweep, model, threads):
         f.write("\n".join(svg) + "\n")
 
 
+def measure(args):
+    """Runs every bench; returns the record that render() and docs/bench/results.json use."""
+    p, n = (128, 32) if args.quick else (512, 128)
+    presets = ["mamba-130m", "mamba2-130m", "hybrid-130m"] + (["mamba-1.4b", "mamba2-1.3b"] if args.large else [])
+    rows = []
+    for preset in presets:
+        model = make_model(args.models, preset)
+        for dt in DTYPES:
+            for r in bench(args.exe, model, dt, args.threads, args.reps, p, n):  # pp, then tg
+                r["preset"] = preset
+                rows.append(r)
+    sweep_model = make_model(args.models, "mamba2-130m")
+    lengths = [64, 128, 256] if args.quick else [64, 128, 256, 512, 1024, 2048]
+    batches = [1, 4, 16] if args.quick else [1, 2, 4, 8, 16, 32]
+    batch_steps = 32 if args.quick else 64
+    sweep_rows = []
+    for dt in DTYPES:
+        for L in lengths:
+            r = bench(args.exe, sweep_model, dt, args.threads, args.reps, L, 1)[0]  # pp
+            sweep_rows.append(dict(r, preset="mamba2-130m", sweep="prompt", length=L))
+        for B in batches:
+            r = bench(args.exe, sweep_model, dt, args.threads, args.reps, 16, batch_steps, B)[1]  # tg
+            sweep_rows.append(dict(r, preset="mamba2-130m", sweep="batch", steps=batch_steps))
+    try:
+        lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+    except OSError:
+        lscpu = ""
+    cpu = next((l.split(":", 1)[1].strip() for l in lscpu.splitlines() if l.startswith("Model name")), "?")
+    commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True).stdout.strip()
+    return {"date": datetime.date.today().isoformat(), "commit": commit, "cpu": cpu, "threads": args.threads,
+            "reps": args.reps, "large": args.large, "quick": args.quick,
+            "system": f"{os.cpu_count()} CPUs, {platform.system()} {platform.release()}", "rows": rows,
+            "sweeps": sweep_rows}
+
+
+def render(data):
+    """The markdown block of docs/benchmarks.md, and the two sweeps for the plot."""
+    rows, sweeps, threads = data["rows"], data["sweeps"], data["threads"]
+    peaks = machine_peaks(rows + sweeps)
+    prompt_sweep, batch_sweep = {}, {}
+    for r in sweeps:
+        if r["sweep"] == "prompt":
+            prompt_sweep.setdefault(r["dtype"], []).append((int(r.get("length", r["test"][2:])), r["tokens_per_second"]))
+        else:
+            batch_sweep.setdefault(r["dtype"], []).append((r["batch"], r["tokens_per_second"]))
+    lengths = sorted({x for pts in prompt_sweep.values() for x, _ in pts})
+    batches = sorted({x for pts in batch_sweep.values() for x, _ in pts})
+    steps = next((r.get("steps") for r in sweeps if r["sweep"] == "batch" and r.get("steps")),
+                 next((r["test"][2:] for r in sweeps if r["sweep"] == "batch"), "?"))
+    flags = f"-t {threads} -r {data['reps']}" + (" --large" if data.get("large") else "") + (
+        " --quick" if data.get("quick") else "")
+    md = [f"Generated by `python3 bench/bench_suite.py {flags}` on {data['date']}, commit {data['commit']}, "
+          f"{data['cpu']}, {data['system']}. Mean ± standard deviation over {data['reps']} runs after a "
+          "warm-up. Every run measures the machine's read bandwidth, FP32 FMA peak and (q8_0) int8 VNNI "
+          "peak at its start; the percentages are against the median of each over the whole suite "
+          "(read bandwidth {:.1f} GB/s, range {:.1f}-{:.1f}; FP32 {:.0f} GFLOP/s, {:.0f}-{:.0f}; int8 {:.0f} GOP/s, "
+          "{:.0f}-{:.0f}): a single probe on this shared host swings too widely to judge its own run by. "
+          "tg: weight bytes read per step, then ".format(*peaks["gbps"], *peaks["fp32"], *peaks["int8"]) +
+          "weights plus the recurrent state of every sequence read and written; pp: 2 x projection "
+          "parameters per token.", "",
+          "| model (random weights) | dtype | weights | test | tokens/s | achieved (of the peak) |",
+          "|---|---|---|---|---|---|"]
+    for r in rows:
+        md.append(f"| {r['preset']} | {r['dtype']} | {r['weight_bytes'] / 1e6:.0f} MB | {r['test']} | "
+                  f"{r['tokens_per_second']:.1f} ± {r['stddev']:.1f} | {fmt_rate(r, peaks)} |")
+    md += ["", f"Sweeps on mamba2-130m ({threads} threads): prefill tokens/s by prompt length (`-p L -n 1`), "
+           f"and aggregate decode tokens/s by the number of sequences decoding together (`-p 16 -n {steps} "
+           "--batch B`; each step reads the weights once for all of them).", "", "| dtype | " +
+           " | ".join(f"pp{L}" for L in lengths) + " | " + " | ".join(f"tg x{B}" for B in batches) + " |",
+           "|---" * (1 + len(lengths) + len(batches)) + "|"]
+    for dt in DTYPES:
+        if dt not in prompt_sweep:
+            continue
+        md.append(f"| {dt} | " + " | ".join(f"{y:.0f}" for _, y in sorted(prompt_sweep[dt])) + " | " +
+                  " | ".join(f"{y:.0f}" for _, y in sorted(batch_sweep.get(dt, []))) + " |")
+    md += ["", "![tokens/s vs prompt length and vs batch size](bench/throughput.svg)"]
+    return "\n".join(md), prompt_sweep, batch_sweep
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--exe", default=os.path.join(ROOT, "build", "hybridlm"))
@@ -115,70 +208,26 @@ def main():
     ap.add_argument("--large", action="store_true", help="also the 1.3B/1.4B shapes (~5.5 GB checkpoints each)")
     ap.add_argument("--quick", action="store_true", help="-p 128 -n 32 and shorter sweeps (a smoke run)")
     ap.add_argument("--no-docs", action="store_true", help="print, but leave docs/ as it is")
+    ap.add_argument("--render", metavar="RESULTS_JSON",
+                    help="measure nothing: rewrite the docs block and plot from a saved results.json")
     args = ap.parse_args()
-    p, n = (128, 32) if args.quick else (512, 128)
-    presets = ["mamba-130m", "mamba2-130m", "hybrid-130m"] + (["mamba-1.4b", "mamba2-1.3b"] if args.large else [])
-
-    rows = []
-    for preset in presets:
-        model = make_model(args.models, preset)
-        for dt in DTYPES:
-            for r in bench(args.exe, model, dt, args.threads, args.reps, p, n):  # pp, then tg
-                r["preset"] = preset
-                rows.append(r)
-
-    sweep_model = make_model(args.models, "mamba2-130m")
-    lengths = [64, 128, 256] if args.quick else [64, 128, 256, 512, 1024, 2048]
-    batches = [1, 4, 16] if args.quick else [1, 2, 4, 8, 16, 32]
-    batch_steps = 32 if args.quick else 64
-    prompt_sweep, batch_sweep, sweep_rows = {}, {}, []
-    for dt in DTYPES:
-        for L in lengths:
-            r = bench(args.exe, sweep_model, dt, args.threads, args.reps, L, 1)[0]  # pp
-            prompt_sweep.setdefault(dt, []).append((L, r["tokens_per_second"]))
-            sweep_rows.append(dict(r, preset="mamba2-130m", sweep="prompt"))
-        for B in batches:
-            r = bench(args.exe, sweep_model, dt, args.threads, args.reps, 16, batch_steps, B)[1]  # tg
-            batch_sweep.setdefault(dt, []).append((B, r["tokens_per_second"]))
-            sweep_rows.append(dict(r, preset="mamba2-130m", sweep="batch"))
-
-    try:
-        lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-    except OSError:
-        lscpu = ""
-    cpu = next((l.split(":", 1)[1].strip() for l in lscpu.splitlines() if l.startswith("Model name")), "?")
-    commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True).stdout.strip()
-    when = datetime.date.today().isoformat()
-    md = [f"Generated by `python3 bench/bench_suite.py -t {args.threads} -r {args.reps}"
-          f"{' --large' if args.large else ''}{' --quick' if args.quick else ''}` on {when}, commit {commit}, "
-          f"{cpu}, {os.cpu_count()} CPUs, {platform.system()} {platform.release()}. Mean ± standard deviation "
-          f"over {args.reps} runs after a warm-up. Rates are against the machine's read bandwidth and FP32 FMA "
-          "peak (q8_0 prefill: int8 VNNI peak) measured in the same process (tg: weight bytes read per "
-          "step, then weights plus the recurrent state of every sequence read and written; pp: 2 x "
-          "projection parameters per token).", "",
-          "| model (random weights) | dtype | weights | test | tokens/s | achieved (of the same-run peak) |",
-          "|---|---|---|---|---|---|"]
-    for r in rows:
-        md.append(f"| {r['preset']} | {r['dtype']} | {r['weight_bytes'] / 1e6:.0f} MB | {r['test']} | "
-                  f"{r['tokens_per_second']:.1f} ± {r['stddev']:.1f} | {fmt_rate(r)} |")
-    md += ["", f"Sweeps on mamba2-130m ({args.threads} threads): prefill tokens/s by prompt length (`-p L -n 1`), "
-           f"and aggregate decode tokens/s by the number of sequences decoding together (`-p 16 -n {batch_steps} "
-           "--batch B`; each step reads the weights once for all of them).", "", "| dtype | " + " | ".join(f"pp{L}" for L in lengths) + " | " +
-           " | ".join(f"tg x{B}" for B in batches) + " |", "|---" * (1 + len(lengths) + len(batches)) + "|"]
-    for dt in DTYPES:
-        md.append(f"| {dt} | " + " | ".join(f"{y:.0f}" for _, y in sorted(prompt_sweep[dt])) + " | " +
-                  " | ".join(f"{y:.0f}" for _, y in sorted(batch_sweep[dt])) + " |")
-    md += ["", "![tokens/s vs prompt length and vs batch size](bench/throughput.svg)"]
-    text = "\n".join(md)
+    if args.render:
+        with open(args.render) as f:
+            data = json.load(f)
+        data.setdefault("reps", args.reps)
+        data.setdefault("large", args.large)
+        data.setdefault("quick", args.quick)
+        data.setdefault("system", f"{os.cpu_count()} CPUs, {platform.system()} {platform.release()}")
+    else:
+        data = measure(args)
+    text, prompt_sweep, batch_sweep = render(data)
     print(text)
     if args.no_docs:
         return
     os.makedirs(OUT_DIR, exist_ok=True)
     with open(os.path.join(OUT_DIR, "results.json"), "w") as f:
-        json.dump({"date": when, "commit": commit, "cpu": cpu, "threads": args.threads, "rows": rows,
-                   "sweeps": sweep_rows}, f, indent=1)
-    write_svg(os.path.join(OUT_DIR, "throughput.svg"), prompt_sweep, batch_sweep, "mamba2-130m", args.threads)
+        json.dump(data, f, indent=1)
+    write_svg(os.path.join(OUT_DIR, "throughput.svg"), prompt_sweep, batch_sweep, "mamba2-130m", data["threads"])
     doc = open(DOC).read()
     begin, end = "<!-- bench-suite:begin -->", "<!-- bench-suite:end -->"
     if begin not in doc or end not in doc:
