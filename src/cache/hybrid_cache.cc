@@ -346,22 +346,42 @@ void HybridCache::commit(std::span<const BatchRun> runs) {
   for (const BatchRun& r : runs) seqs_[r.seq].length += r.len;
 }
 
-void HybridCache::load_state(std::span<const BatchRun> runs, int layer) {
+namespace {
+// fn(run index, begin, end) over the elements of every run's state, split over the pool in pieces
+// of at least 64K elements.
+template <class Fn>
+void for_state_elements(ThreadPool* pool, size_t runs, size_t n, Fn&& fn) {
+  auto part = [&](size_t b, size_t e) {
+    for (size_t g = b; g < e;) {
+      const size_t i = g / n, begin = g % n, end = std::min(n, begin + (e - g));
+      fn(i, begin, end);
+      g += end - begin;
+    }
+  };
+  if (pool) pool->parallel_for(runs * n, part, size_t{1} << 16);
+  else part(0, runs * n);
+}
+}  // namespace
+
+void HybridCache::load_state(std::span<const BatchRun> runs, int layer, ThreadPool* pool) {
   if (states_.dtype() == DType::F32 || !layers_[layer].has_state()) return;
   const size_t n = layers_[layer].state.elems();
   staging_.resize(runs.size() * n);
   std::fill(staged_at_.begin(), staged_at_.end(), -1);
-  for (size_t i = 0; i < runs.size(); ++i) {
-    staged_at_[runs[i].seq] = static_cast<int>(i);
-    states_.read_layer(runs[i].seq, layer, staging_.data() + i * n);
-  }
+  for (size_t i = 0; i < runs.size(); ++i) staged_at_[runs[i].seq] = static_cast<int>(i);
+  for_state_elements(pool, runs.size(), n, [&](size_t i, size_t b, size_t e) {
+    states_.read_layer_range(runs[i].seq, layer, b, e, staging_.data() + i * n + b);
+  });
   staged_layer_ = layer;
 }
 
-void HybridCache::store_state(std::span<const BatchRun> runs, int layer) {
+void HybridCache::store_state(std::span<const BatchRun> runs, int layer, ThreadPool* pool) {
   if (states_.dtype() == DType::F32 || !layers_[layer].has_state()) return;
   const size_t n = layers_[layer].state.elems();
-  for (const BatchRun& r : runs) states_.write_layer(r.seq, layer, staging_.data() + staged_at_[r.seq] * n);
+  for_state_elements(pool, runs.size(), n, [&](size_t i, size_t b, size_t e) {
+    const BatchRun& r = runs[i];
+    states_.write_layer_range(r.seq, layer, b, e, staging_.data() + static_cast<size_t>(staged_at_[r.seq]) * n + b);
+  });
   staged_layer_ = -1;
 }
 

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "base/thread_pool.h"
 #include "cache/state_pool.h"
 #include "kernels/kernels.h"
 
@@ -117,8 +118,9 @@ class HybridCache {
   // One layer's recurrent state of the runs' sequences, as f32 the model can update in place:
   // with f32 storage the slots themselves; with bf16 / f16 storage, staging copies that
   // load_state fills and store_state rounds back into the slots.
-  void load_state(std::span<const BatchRun> runs, int layer);
-  void store_state(std::span<const BatchRun> runs, int layer);
+  // The conversions are split over `pool` when given (a sequence's state is megabytes).
+  void load_state(std::span<const BatchRun> runs, int layer, ThreadPool* pool = nullptr);
+  void store_state(std::span<const BatchRun> runs, int layer, ThreadPool* pool = nullptr);
   float* conv_state(int seq, int layer);
   float* ssm_state(int seq, int layer);
   PagedKv kv(int seq, int layer);  // layer must have KV

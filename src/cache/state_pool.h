@@ -41,6 +41,9 @@ class StatePool {
   // (rounded to the storage type).
   void read_layer(int slot, int layer, float* out) const;
   void write_layer(int slot, int layer, const float* in);
+  // Elements [begin, end) of a layer's state (out / in point at element begin).
+  void read_layer_range(int slot, int layer, size_t begin, size_t end, float* out) const;
+  void write_layer_range(int slot, int layer, size_t begin, size_t end, const float* in);
 
   // The whole slot as raw bytes (snapshot / restore).
   uint8_t* slot_bytes(int slot);

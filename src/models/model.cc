@@ -156,7 +156,7 @@ void Model::forward_layers(const KernelContext& ctx, std::span<const int32_t> to
     const BlockSpec& b = cfg_.blocks[l];
     const LayerWeights& w = layers_[l];
     sc.runs.clear();
-    cache.load_state(runs, l);  // f32 views of this layer's state (a no-op for f32 storage)
+    cache.load_state(runs, l, ctx.pool);  // f32 views of this layer's state (a no-op for f32 storage)
     int start = 0;
     for (const BatchRun& r : runs) {
       SeqRun s;
@@ -203,7 +203,7 @@ void Model::forward_layers(const KernelContext& ctx, std::span<const int32_t> to
       }
       for (size_t i = 0; i < sc.h.size(); ++i) sc.h[i] += rm * sc.mix[i];
     }
-    cache.store_state(runs, l);
+    cache.store_state(runs, l, ctx.pool);
     if (b.ffn.kind != FfnKind::None) {
       // h += ffn(rmsnorm(h) * ffn_norm_w)
       cpu::rmsnorm(ctx, sc.h.data(), w.ffn_norm.data(), T, H, cfg_.norm_eps, sc.xn.data());
