@@ -52,7 +52,7 @@ HYBRIDLM_AVX512 void chunk_cb(const float* B, const float* C, int ld_bc, int N, 
 }
 
 struct HeadScratch {
-  std::vector<float> st, L, xw, s, e, w;
+  std::vector<float> st, L, xw, s, e, w, d;
 };
 
 // One head over all chunks. PV = head_dim / 16 vectors per row; rows of y and of the state are
@@ -68,8 +68,9 @@ HYBRIDLM_AVX512 void ssd_head(const float* x, int ld_x, const float* dt, float A
   hs.s.resize(kQ);
   hs.e.resize(kQ);
   hs.w.resize(kQ);
+  hs.d.resize(kQ);
   float *st = hs.st.data(), *L = hs.L.data(), *xw = hs.xw.data(), *s = hs.s.data(), *e = hs.e.data(),
-        *w = hs.w.data();
+        *w = hs.w.data(), *d = hs.d.data();
   for (int p = 0; p < P; ++p)
     for (int n = 0; n < N; ++n) st[n * P + p] = Sh[p * N + n];
   const float* Bg = B + static_cast<size_t>(g) * N;
@@ -85,13 +86,18 @@ HYBRIDLM_AVX512 void ssd_head(const float* x, int ld_x, const float* dt, float A
     for (int i = 0; i < Q; ++i) e[i] = vexp(s[i]);
     const float e_last = e[Q - 1];
     for (int j = 0; j < Q; ++j) w[j] = vexp(s[Q - 1] - s[j]) * dt[static_cast<size_t>(c0 + j) * nh + h];
+    // s and dt padded past the chunk (s: its last value, dt: 0) so that every row of L is one
+    // branch-free loop over kQ columns, which the compiler vectorises (vexp included).
+    for (int j = Q; j < kQ; ++j) s[j] = s[Q - 1];
+    for (int j = 0; j < kQ; ++j) d[j] = j < Q ? dt[static_cast<size_t>(c0 + j) * nh + h] : 0.0f;
     for (int i = 0; i < Q; ++i) {
       float* Li = L + i * kQ;
+      const float* cbi = cb + i * kQ;
       const float si = s[i];
       for (int j = 0; j < kQ; ++j) {
-        const bool in = j <= i;
-        const float sj = in ? s[j] : si, dj = in ? dt[static_cast<size_t>(c0 + j) * nh + h] : 0.0f;
-        Li[j] = in ? vexp(si - sj) * cb[i * kQ + j] * dj : 0.0f;
+        // j > i: s_i - s_j >= 0 may be large, but vexp clamps (finite), and the select drops it.
+        const float v = vexp(si - s[j]) * cbi[j] * d[j];
+        Li[j] = j <= i ? v : 0.0f;
       }
     }
     const float* xc = x + static_cast<size_t>(c0) * ld_x + static_cast<size_t>(h) * P;

@@ -54,6 +54,12 @@ HYBRIDLM_SIMD_VARIANTS(gated, gated_rows)
 HYBRIDLM_INLINE void conv_channels(const float* x, int ld_x, const float* w, const float* bias,
                                    float* state, int T, int C, int K, bool act, float* out,
                                    size_t cb, size_t ce) {
+  // The taps as (K, channels): w is (C, K), and a stride-K read per channel does not vectorise.
+  thread_local std::vector<float> wt;
+  const size_t nc = ce - cb;
+  wt.resize(static_cast<size_t>(K) * nc);
+  for (size_t c = cb; c < ce; ++c)
+    for (int k = 0; k < K; ++k) wt[static_cast<size_t>(k) * nc + (c - cb)] = w[c * K + k];
   for (int t = 0; t < T; ++t) {
     float* o = out + static_cast<size_t>(t) * C;
     for (size_t c = cb; c < ce; ++c) o[c] = bias ? bias[c] : 0.0f;
@@ -61,7 +67,8 @@ HYBRIDLM_INLINE void conv_channels(const float* x, int ld_x, const float* w, con
       const int j = t - (K - 1) + k;
       const float* src = j < 0 ? state + static_cast<size_t>(K - 1 + j) * C
                                : x + static_cast<size_t>(j) * ld_x;
-      for (size_t c = cb; c < ce; ++c) o[c] += w[c * K + k] * src[c];
+      const float* wk = wt.data() + static_cast<size_t>(k) * nc;
+      for (size_t c = cb; c < ce; ++c) o[c] += wk[c - cb] * src[c];
     }
     if (act) for (size_t c = cb; c < ce; ++c) o[c] = vsilu(o[c]);
   }
