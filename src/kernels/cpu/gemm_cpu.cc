@@ -18,16 +18,12 @@
 // it works on as [lane class][j][row] (bf16 widened, zero past the rows and K) and runs every
 // token tile against them. Padding contributes fma(0, 0, acc) = acc, as the dot tile's masked
 // tail does.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
 #include "kernels/cpu/gemm_cpu.h"
-
-#include <immintrin.h>
 
 #include <algorithm>
 #include <vector>
+
+#include "kernels/cpu/intrinsics.h"
 
 #include "kernels/cpu/cpu_common.h"
 

@@ -5,13 +5,7 @@
 // Paths: AVX-512 register tiles (q8_0: AVX512_VNNI int8 dot products); the portable loops,
 // compiled once for AVX2 + FMA (the compiler vectorises them with 8 lanes) and once for the
 // baseline ISA.
-// GCC 12 reports its own intrinsics' _mm512_undefined_* placeholders as uninitialized (a known
-// false positive of avx512fintrin.h); silence exactly those two warnings in this file.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-#include <immintrin.h>
+#include "kernels/cpu/intrinsics.h"
 
 #include <algorithm>
 #include <cmath>

@@ -9,11 +9,7 @@
 // vectorises over P (or over j for CB) with broadcasts of the other operand and no reduction
 // across lanes. Results differ from the portable kernel by rounding only (tested against the
 // float64 sequential recurrence).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-#include <immintrin.h>
+#include "kernels/cpu/intrinsics.h"
 
 #include <algorithm>
 #include <vector>
