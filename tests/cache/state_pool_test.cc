@@ -1,5 +1,9 @@
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstring>
+#include <vector>
+
 #include "base/error.h"
 #include "cache/state_pool.h"
 
@@ -43,16 +47,28 @@ TEST(StatePool, SixteenBitStorageHalvesTheSlotAndRoundsOnWrite) {
     const int a = pool.acquire(), b = pool.acquire();
     std::vector<float> in(70), out(70, -1.0f);
     for (size_t i = 0; i < in.size(); ++i) in[i] = 0.1f * static_cast<float>(i) - 2.0f;
+    // Ties (round to even), NaN, infinities, the largest float.
+    in[3] = 1.0f + 0x1p-8f, in[4] = 1.0f + 3 * 0x1p-8f, in[5] = std::nanf(""), in[6] = -INFINITY, in[7] = 3.4e38f;
     pool.write_layer(a, 0, in.data());
     pool.read_layer(a, 0, out.data());
     for (size_t i = 0; i < in.size(); ++i) {
       const float want = dt == DType::BF16 ? bf16_to_f32(f32_to_bf16(in[i])) : f16_to_f32(f32_to_f16(in[i]));
-      EXPECT_EQ(out[i], want) << i;
+      EXPECT_EQ(std::memcmp(&out[i], &want, sizeof want), 0) << i << ": " << out[i] << " vs " << want;
     }
+    // A range of a layer reads and writes just those elements.
+    std::vector<float> part(10, 7.0f), back(10);
+    pool.write_layer_range(a, 0, 20, 30, part.data());
+    pool.read_layer_range(a, 0, 20, 30, back.data());
+    EXPECT_EQ(back, part);
+    pool.read_layer(a, 0, out.data());
+    EXPECT_EQ(out[19], dt == DType::BF16 ? bf16_to_f32(f32_to_bf16(in[19])) : f16_to_f32(f32_to_f16(in[19])));
+    EXPECT_EQ(out[30], dt == DType::BF16 ? bf16_to_f32(f32_to_bf16(in[30])) : f16_to_f32(f32_to_f16(in[30])));
+    pool.write_layer(a, 0, in.data());
+    pool.read_layer(a, 0, out.data());
     pool.copy(a, b);
     std::vector<float> copied(70);
     pool.read_layer(b, 0, copied.data());
-    EXPECT_EQ(copied, out);
+    EXPECT_EQ(std::memcmp(copied.data(), out.data(), out.size() * sizeof(float)), 0);  // NaN included
     pool.read_layer(a, 1, out.data());  // layer 1 untouched: zero
     for (size_t i = 0; i < 26; ++i) EXPECT_EQ(out[i], 0.0f);
   }
