@@ -47,6 +47,24 @@ HYBRIDLM_AVX512 void chunk_cb(const float* B, const float* C, int ld_bc, int N, 
   }
 }
 
+// Two rows of accumulators, each PV vectors wide: a0 += sum_k p0[k * sp] R_k and a1 += sum_k
+// p1[k * sp] R_k over k in [0, n), R_k = rows + k * ld (one head_dim row). The shape of every
+// product of a chunk: each R_k vector is loaded once for both rows.
+template <int PV>
+HYBRIDLM_AVX512 HYBRIDLM_INLINE void two_rows_accumulate(const float* p0, const float* p1, size_t sp, const float* rows,
+                                                         size_t ld, int n, __m512 (&a0)[PV], __m512 (&a1)[PV]) {
+  for (int k = 0; k < n; ++k) {
+    const __m512 w0 = _mm512_set1_ps(p0[k * sp]), w1 = _mm512_set1_ps(p1[k * sp]);
+    const float* r = rows + k * ld;
+#pragma GCC unroll 8
+    for (int v = 0; v < PV; ++v) {
+      const __m512 rv = _mm512_loadu_ps(r + 16 * v);
+      a0[v] = _mm512_fmadd_ps(w0, rv, a0[v]);
+      a1[v] = _mm512_fmadd_ps(w1, rv, a1[v]);
+    }
+  }
+}
+
 struct HeadScratch {
   std::vector<float> st, L, xw, s, e, w, d;
 };
@@ -110,30 +128,12 @@ HYBRIDLM_AVX512 void ssd_head(const float* x, int ld_x, const float* dt, float A
       __m512 a0[PV], a1[PV];
 #pragma GCC unroll 8
       for (int v = 0; v < PV; ++v) a0[v] = a1[v] = _mm512_setzero_ps();
-      for (int n = 0; n < N; ++n) {
-        const __m512 c0v = _mm512_set1_ps(C0[n]), c1v = _mm512_set1_ps(C1[n]);
-        const float* sn = st + n * P;
-#pragma GCC unroll 8
-        for (int v = 0; v < PV; ++v) {
-          const __m512 sv = _mm512_loadu_ps(sn + 16 * v);
-          a0[v] = _mm512_fmadd_ps(c0v, sv, a0[v]);
-          a1[v] = _mm512_fmadd_ps(c1v, sv, a1[v]);
-        }
-      }
+      two_rows_accumulate<PV>(C0, C1, 1, st, P, N, a0, a1);  // C_i S^T
       const __m512 e0 = _mm512_set1_ps(e[i]), e1 = _mm512_set1_ps(e[i1]);
 #pragma GCC unroll 8
       for (int v = 0; v < PV; ++v) a0[v] = _mm512_mul_ps(a0[v], e0), a1[v] = _mm512_mul_ps(a1[v], e1);
       const float *L0 = L + i * kQ, *L1 = L + i1 * kQ;
-      for (int j = 0; j <= i; ++j) {
-        const __m512 l0 = _mm512_set1_ps(L0[j]), l1 = _mm512_set1_ps(L1[j]);
-        const float* xj = xc + static_cast<size_t>(j) * ld_x;
-#pragma GCC unroll 8
-        for (int v = 0; v < PV; ++v) {
-          const __m512 xv = _mm512_loadu_ps(xj + 16 * v);
-          a0[v] = _mm512_fmadd_ps(l0, xv, a0[v]);
-          a1[v] = _mm512_fmadd_ps(l1, xv, a1[v]);
-        }
-      }
+      two_rows_accumulate<PV>(L0, L1, 1, xc, ld_x, i + 1, a0, a1);  // sum_j L[i, j] x_j
       if (i1 > i) {  // row i1's own token, kept out of row i (0 * inf would be NaN there)
         const __m512 l1 = _mm512_set1_ps(L1[i1]);
         const float* xj = xc + static_cast<size_t>(i1) * ld_x;
@@ -161,17 +161,8 @@ HYBRIDLM_AVX512 void ssd_head(const float* x, int ld_x, const float* dt, float A
         a0[v] = _mm512_mul_ps(el, _mm512_loadu_ps(s0 + 16 * v));
         a1[v] = _mm512_mul_ps(el, _mm512_loadu_ps(s1 + 16 * v));
       }
-      for (int j = 0; j < Q; ++j) {
-        const float* bj = Bg + static_cast<size_t>(c0 + j) * ld_bc;
-        const __m512 b0 = _mm512_set1_ps(bj[n]), b1 = _mm512_set1_ps(bj[n1]);
-        const float* xj = xw + j * P;
-#pragma GCC unroll 8
-        for (int v = 0; v < PV; ++v) {
-          const __m512 xv = _mm512_loadu_ps(xj + 16 * v);
-          a0[v] = _mm512_fmadd_ps(b0, xv, a0[v]);
-          a1[v] = _mm512_fmadd_ps(b1, xv, a1[v]);
-        }
-      }
+      const float* Bc = Bg + static_cast<size_t>(c0) * ld_bc;
+      two_rows_accumulate<PV>(Bc + n, Bc + n1, ld_bc, xw, P, Q, a0, a1);  // sum_j B_j[n] w_j x_j
 #pragma GCC unroll 8
       for (int v = 0; v < PV; ++v) {
         if (n + 1 < N) _mm512_storeu_ps(s1 + 16 * v, a1[v]);
