@@ -72,17 +72,6 @@ float* StatePool::conv_state(int slot, int layer) {
 }
 float* StatePool::ssm_state(int slot, int layer) { return conv_state(slot, layer) + layers_[layer].conv_elems(); }
 
-namespace {
-// f32_to_bf16 without a branch (the same bits: round to nearest even, NaN kept quiet), so the
-// conversion loops vectorise.
-inline uint16_t bf16_bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-  return static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? (u >> 16) | 0x40u : rounded);
-}
-}  // namespace
-
 void StatePool::read_layer(int slot, int layer, float* out) const {
   read_layer_range(slot, layer, 0, layers_[layer].elems(), out);
 }
@@ -101,7 +90,7 @@ void StatePool::read_layer_range(int slot, int layer, size_t begin, size_t end, 
 void StatePool::write_layer_range(int slot, int layer, size_t begin, size_t end, const float* in) {
   const size_t n = end - begin, at = static_cast<size_t>(slot) * slot_elems_ + offset_[layer] + begin;
   if (dtype_ == DType::F32) std::memcpy(f32_.data() + at, in, n * sizeof(float));
-  else if (dtype_ == DType::BF16) for (size_t i = 0; i < n; ++i) h16_[at + i] = bf16_bits(in[i]);
+  else if (dtype_ == DType::BF16) for (size_t i = 0; i < n; ++i) h16_[at + i] = f32_to_bf16(in[i]);
   else for (size_t i = 0; i < n; ++i) h16_[at + i] = f32_to_f16(in[i]);
 }
 

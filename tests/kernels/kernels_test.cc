@@ -623,6 +623,21 @@ TEST(Dtype, Bf16AndF16RoundTrips) {
     EXPECT_NEAR(f16_to_f32(f32_to_f16(f)), f, std::fabs(f) / 1024 + 6e-8);
   }
   EXPECT_EQ(f32_to_bf16(1.0f), 0x3f80);
+  // Bits worked out by hand: ties go to the even neighbour, NaN (also signalling) comes out quiet,
+  // overflow rounds to infinity, the sign of zero is kept.
+  auto from_bits = [](uint32_t u) {
+    float f;
+    std::memcpy(&f, &u, sizeof f);
+    return f;
+  };
+  EXPECT_EQ(f32_to_bf16(from_bits(0x3f808000u)), 0x3f80);  // 1 + 2^-8: tie, 0x3f80 is even
+  EXPECT_EQ(f32_to_bf16(from_bits(0x3f818000u)), 0x3f82);  // 1 + 3 * 2^-8: tie, up to even
+  EXPECT_EQ(f32_to_bf16(from_bits(0x3f808001u)), 0x3f81);  // just above the tie
+  EXPECT_EQ(f32_to_bf16(from_bits(0x7fc00000u)), 0x7fc0);
+  EXPECT_EQ(f32_to_bf16(from_bits(0x7f800001u)), 0x7fc0);
+  EXPECT_EQ(f32_to_bf16(from_bits(0x7f800000u)), 0x7f80);
+  EXPECT_EQ(f32_to_bf16(from_bits(0x7f7fc99eu)), 0x7f80);  // 3.4e38 rounds to infinity
+  EXPECT_EQ(f32_to_bf16(from_bits(0x80000000u)), 0x8000);
   EXPECT_EQ(f32_to_f16(1.0f), 0x3c00);
   EXPECT_EQ(f16_to_f32(0x7bff), 65504.0f);
 }

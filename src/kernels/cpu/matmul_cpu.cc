@@ -229,10 +229,11 @@ HYBRIDLM_AVX512 void rows_avx512(const WeightView& W, const float* bias, const f
 // Every path sums each (token, row) the same way: per block of 32 columns an exact integer sum
 // of code products, then acc = acc + float(isum) * (dw * dx) over the blocks in order, then the
 // bias (the VNNI kernel fuses the last multiply-add, the portable loops may not: paths differ by
-// rounding, each is batch-invariant). The VNNI kernel is written for the panel layout (tensor/quant.h): 16 rows per vector, a
-// token's 4 codes of a group broadcast to every lane, the bias of the unsigned weight codes
-// (q + 128) removed by starting each block's sum at -128 * (sum of the token's codes in the
-// block). Its per-output operations do not depend on the tile, so results are batch-invariant.
+// rounding, each is batch-invariant). The VNNI kernel is written for the panel layout
+// (tensor/quant.h): 16 rows per vector, a token's 4 codes of a group broadcast to every lane, the
+// bias of the unsigned weight codes (q + 128) removed by starting each block's sum at -128 * (sum
+// of the token's codes in the block). Its per-output operations do not depend on the tile, so
+// results are batch-invariant.
 
 // The activations of one call, quantized to q8_0 rows (codes with the weights' row stride), and
 // per block -128 * (sum of its codes).
@@ -257,7 +258,7 @@ HYBRIDLM_INLINE void q8_rows_generic(const WeightView& W, const float* bias, con
         int32_t isum = 0;
         for (int g = 0; g < kQ8Block; g += kQ8Group) {
           const uint8_t* wg = codes + q8_code_index(r, b * kQ8Block + g, K);  // a group's 4 codes
-          for (int i = 0; i < kQ8Group; ++i) isum += (static_cast<int32_t>(wg[i]) - 128) * xq[b * kQ8Block + g + i];
+          for (int i = 0; i < kQ8Group; ++i) isum += q8_weight_code(wg, i) * xq[b * kQ8Block + g + i];
         }
         acc += static_cast<float>(isum) * (W.scales[q8_scale_index(r, b, K)] * xs[b]);
       }
@@ -423,17 +424,17 @@ void matmul_q8(const KernelContext& ctx, const WeightView& W, const float* bias,
   float* scales = s.scales.data();
   int32_t* fix = s.bias_fix.data();
   quantize_q8_0_rows(ctx, x, T, K, codes, scales);
-  parallel(ctx, static_cast<size_t>(T), 16, [&](size_t b, size_t e) {
-    for (size_t t = b; t < e; ++t) {
-      for (int blk = 0; blk < nb; ++blk) {
-        int32_t sum = 0;
-        for (int i = 0; i < kQ8Block; ++i) sum += codes[t * ld + static_cast<size_t>(blk) * kQ8Block + i];
-        fix[t * nb + blk] = -128 * sum;
-      }
-    }
-  });
   const SimdPath path = simd_path();
   const bool vnni = has_avx512_vnni();
+  if (path == SimdPath::Avx512 && vnni)  // only the VNNI kernel reads the biased weight codes raw
+    parallel(ctx, static_cast<size_t>(T), 16, [&](size_t b, size_t e) {
+      for (size_t t = b; t < e; ++t)
+        for (int blk = 0; blk < nb; ++blk) {
+          int32_t sum = 0;
+          for (int i = 0; i < kQ8Block; ++i) sum += codes[t * ld + static_cast<size_t>(blk) * kQ8Block + i];
+          fix[t * nb + blk] = -128 * sum;
+        }
+    });
   auto run = [&](size_t pb, size_t pe) {  // whole panels of 16 rows
     const int rb = static_cast<int>(pb) * kQ8PanelRows;
     const int re = std::min(W.rows, static_cast<int>(pe) * kQ8PanelRows);
