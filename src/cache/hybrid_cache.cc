@@ -363,9 +363,12 @@ void for_state_elements(ThreadPool* pool, size_t runs, size_t n, Fn&& fn) {
 }
 }  // namespace
 
-void HybridCache::load_state(std::span<const BatchRun> runs, int layer, ThreadPool* pool) {
+void HybridCache::load_state(std::span<const BatchRun> runs, int layer, ThreadPool* pool, bool bf16_in_place) {
   if (states_.dtype() == DType::F32 || !layers_[layer].has_state()) return;
-  const size_t n = layers_[layer].state.elems();
+  const LayerStateSpec& spec = layers_[layer].state;
+  ssm_in_place_ = bf16_in_place && states_.dtype() == DType::BF16 && spec.ssm_elems > 0 &&
+                  std::all_of(runs.begin(), runs.end(), [](const BatchRun& r) { return r.len == 1; });
+  const size_t n = ssm_in_place_ ? spec.conv_elems() : spec.elems();
   staging_.resize(runs.size() * n);
   std::fill(staged_at_.begin(), staged_at_.end(), -1);
   for (size_t i = 0; i < runs.size(); ++i) staged_at_[runs[i].seq] = static_cast<int>(i);
@@ -373,27 +376,36 @@ void HybridCache::load_state(std::span<const BatchRun> runs, int layer, ThreadPo
     states_.read_layer_range(runs[i].seq, layer, b, e, staging_.data() + i * n + b);
   });
   staged_layer_ = layer;
+  staged_elems_ = n;
 }
 
 void HybridCache::store_state(std::span<const BatchRun> runs, int layer, ThreadPool* pool) {
   if (states_.dtype() == DType::F32 || !layers_[layer].has_state()) return;
-  const size_t n = layers_[layer].state.elems();
+  const size_t n = staged_elems_;
   for_state_elements(pool, runs.size(), n, [&](size_t i, size_t b, size_t e) {
     const BatchRun& r = runs[i];
     states_.write_layer_range(r.seq, layer, b, e, staging_.data() + static_cast<size_t>(staged_at_[r.seq]) * n + b);
   });
   staged_layer_ = -1;
+  ssm_in_place_ = false;
 }
 
 float* HybridCache::conv_state(int seq, int layer) {
   if (states_.dtype() == DType::F32) return states_.conv_state(seq, layer);
   check(staged_layer_ == layer && staged_at_.at(static_cast<size_t>(seq)) >= 0,
         "state of layer " + std::to_string(layer) + " was not loaded for sequence " + std::to_string(seq));
-  return staging_.data() + static_cast<size_t>(staged_at_[seq]) * layers_[layer].state.elems();
+  return staging_.data() + static_cast<size_t>(staged_at_[seq]) * staged_elems_;
 }
 
 float* HybridCache::ssm_state(int seq, int layer) {
-  return conv_state(seq, layer) + layers_[layer].state.conv_elems();
+  float* conv = conv_state(seq, layer);
+  return ssm_in_place_ ? nullptr : conv + layers_[layer].state.conv_elems();
+}
+
+uint16_t* HybridCache::ssm_state_bf16(int seq, int layer) {
+  if (!ssm_in_place_) return nullptr;
+  conv_state(seq, layer);  // checks that the layer is loaded for seq
+  return states_.ssm_state_bf16(seq, layer);
 }
 
 PagedKv HybridCache::kv(int seq, int layer) {

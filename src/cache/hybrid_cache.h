@@ -119,10 +119,14 @@ class HybridCache {
   // with f32 storage the slots themselves; with bf16 / f16 storage, staging copies that
   // load_state fills and store_state rounds back into the slots.
   // The conversions are split over `pool` when given (a sequence's state is megabytes).
-  void load_state(std::span<const BatchRun> runs, int layer, ThreadPool* pool = nullptr);
+  // bf16_in_place: with bf16 storage and a step of single-token runs (decode), only the conv
+  // states are staged; the SSM states stay bf16 and the decode kernels update them in place
+  // (ssm_state_bf16), which halves their traffic and skips two copies. ssm_state() is then null.
+  void load_state(std::span<const BatchRun> runs, int layer, ThreadPool* pool = nullptr, bool bf16_in_place = false);
   void store_state(std::span<const BatchRun> runs, int layer, ThreadPool* pool = nullptr);
   float* conv_state(int seq, int layer);
   float* ssm_state(int seq, int layer);
+  uint16_t* ssm_state_bf16(int seq, int layer);  // null unless load_state kept this layer's SSM states bf16
   PagedKv kv(int seq, int layer);  // layer must have KV
 
   // ---- accounting ----
@@ -155,6 +159,8 @@ class HybridCache {
   std::vector<float> staging_;       // 16-bit storage: one layer of the loaded sequences, f32
   std::vector<int> staged_at_;       // per seq: index into staging_ (in layer states), or -1
   int staged_layer_ = -1;
+  size_t staged_elems_ = 0;          // per staged sequence: the whole layer state, or its conv state
+  bool ssm_in_place_ = false;        // the staged layer's SSM states were left in bf16 storage
   std::shared_ptr<KvPagePool> pages_;
   std::vector<Seq> seqs_;  // indexed by seq id (= state slot)
 };

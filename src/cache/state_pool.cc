@@ -72,6 +72,11 @@ float* StatePool::conv_state(int slot, int layer) {
 }
 float* StatePool::ssm_state(int slot, int layer) { return conv_state(slot, layer) + layers_[layer].conv_elems(); }
 
+uint16_t* StatePool::ssm_state_bf16(int slot, int layer) {
+  check(dtype_ == DType::BF16, "bf16 state views need bf16 storage");
+  return h16_.data() + static_cast<size_t>(slot) * slot_elems_ + offset_[layer] + layers_[layer].conv_elems();
+}
+
 void StatePool::read_layer(int slot, int layer, float* out) const {
   read_layer_range(slot, layer, 0, layers_[layer].elems(), out);
 }

@@ -37,6 +37,8 @@ class StatePool {
   // f32 storage only: views into a slot.
   float* conv_state(int slot, int layer);
   float* ssm_state(int slot, int layer);
+  // bf16 storage only: the SSM state of a slot's layer, in place (decode kernels update it directly).
+  uint16_t* ssm_state_bf16(int slot, int layer);
   // Any storage: one layer's state as f32 (conv then SSM, layer.elems() floats), and back
   // (rounded to the storage type).
   void read_layer(int slot, int layer, float* out) const;

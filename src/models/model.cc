@@ -156,7 +156,9 @@ void Model::forward_layers(const KernelContext& ctx, std::span<const int32_t> to
     const BlockSpec& b = cfg_.blocks[l];
     const LayerWeights& w = layers_[l];
     sc.runs.clear();
-    cache.load_state(runs, l, ctx.pool);  // f32 views of this layer's state (a no-op for f32 storage)
+    // f32 views of this layer's state (a no-op for f32 storage); a decode step updates bf16 SSM
+    // states in place (every block with an SSM state takes ssm_state_bf16).
+    cache.load_state(runs, l, ctx.pool, /*bf16_in_place=*/true);
     int start = 0;
     for (const BatchRun& r : runs) {
       SeqRun s;
@@ -166,6 +168,7 @@ void Model::forward_layers(const KernelContext& ctx, std::span<const int32_t> to
       if (kinds[l].has_state()) {
         s.conv_state = cache.conv_state(r.seq, l);
         s.ssm_state = cache.ssm_state(r.seq, l);
+        s.ssm_state_bf16 = cache.ssm_state_bf16(r.seq, l);
       }
       if (kinds[l].has_kv()) s.kv = cache.kv(r.seq, l);
       sc.runs.push_back(s);

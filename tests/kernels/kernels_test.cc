@@ -435,6 +435,105 @@ TEST_F(Kernels, SsdStepMatchesRefAndTheSequentialRecurrence) {
   }
 }
 
+// bf16 state storage updated in place (the cache's --state-dtype bf16 in decode): bitwise the f32
+// op on a widened copy followed by rounding the copy (what staging the state in f32 gives), and
+// within the f32 tolerance plus one bf16 rounding (2^-8 relative) of the widen-then-ref oracle.
+std::vector<uint16_t> to_bf16(const std::vector<float>& v) {
+  std::vector<uint16_t> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) out[i] = f32_to_bf16(v[i]);
+  return out;
+}
+std::vector<float> from_bf16(const std::vector<uint16_t>& v) {
+  std::vector<float> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) out[i] = bf16_to_f32(v[i]);
+  return out;
+}
+constexpr double kBf16Rounding = 1.0 / 256;
+
+TEST_F(Kernels, SsdStepOnBf16StateIsTheF32StepRounded) {
+  const SsdDims shapes[] = {{4, 8, 1, 16}, {8, 4, 2, 12}, {24, 64, 1, 128}};
+  for (const SsdDims& dm : shapes) {
+    SCOPED_TRACE("nh=" + std::to_string(dm.n_heads) + " N=" + std::to_string(dm.d_state));
+    const int nhP = dm.n_heads * dm.head_dim, GN = dm.n_groups * dm.d_state;
+    auto row = randn(nhP + 2 * GN, 46);
+    auto dt = uniform(dm.n_heads, 47, 0.001f, 0.3f);
+    auto A = uniform(dm.n_heads, 48, -4.0f, -0.2f), D = randn(dm.n_heads, 49);
+    const size_t sn = static_cast<size_t>(nhP) * dm.d_state;
+    const std::vector<uint16_t> S0 = to_bf16(randn(sn, 50, 0.5f));
+    auto staged = from_bf16(S0);
+    auto S16 = S0, Sr16 = S0;
+    Out ys(nhP), yc(nhP), yr(nhP);
+    cpu::ssd_step(ctx, row.data(), dt.data(), A.data(), row.data() + nhP, row.data() + nhP + GN, D.data(), dm,
+                  staged.data(), ys.data());
+    cpu::ssd_step_bf16(ctx, row.data(), dt.data(), A.data(), row.data() + nhP, row.data() + nhP + GN, D.data(), dm,
+                       S16.data(), yc.data());
+    ref::ssd_step_bf16(ref_ctx, row.data(), dt.data(), A.data(), row.data() + nhP, row.data() + nhP + GN, D.data(),
+                       dm, Sr16.data(), yr.data());
+    for (int i = 0; i < nhP; ++i) ASSERT_EQ(yc.v[i], ys.v[i]) << "y " << i;
+    EXPECT_EQ(S16, to_bf16(staged));
+    EXPECT_NE(S16, S0) << "the state should advance";
+    EXPECT_LT(rel_err(yc.data(), yr.data(), nhP), tol::kSsdScan);
+    EXPECT_LT(rel_err(from_bf16(S16).data(), from_bf16(Sr16).data(), sn), tol::kSsdScan + kBf16Rounding);
+    yc.expect_guard();
+  }
+}
+
+// The in-place bf16 rounding lane for lane as f32_to_bf16: a state decaying into subnormals (which
+// the AVX-512 conversion instruction would flush) and a NaN row (kept NaN, made quiet).
+TEST_F(Kernels, SsdStepBf16RoundingOfSubnormalsAndNaN) {
+  const SsdDims dm{2, 4, 1, 32};
+  const int nhP = dm.n_heads * dm.head_dim, GN = dm.n_groups * dm.d_state;
+  std::vector<float> row(nhP + 2 * GN, 0.0f);  // x = 0: the state only decays
+  for (int i = nhP; i < nhP + 2 * GN; ++i) row[i] = 1.0f;
+  const std::vector<float> dt(dm.n_heads, 1.0f), A(dm.n_heads, -0.7f), D(dm.n_heads, 0.0f);
+  const size_t sn = static_cast<size_t>(nhP) * dm.d_state;
+  std::vector<float> s0(sn);
+  for (size_t i = 0; i < sn; ++i) s0[i] = std::ldexp(1.0f + static_cast<float>(i % 7) / 8, -120 - static_cast<int>(i % 17));
+  s0[5 * dm.d_state + 3] = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<uint16_t> S0 = to_bf16(s0);
+  std::vector<float> staged = from_bf16(S0);
+  std::vector<uint16_t> S16 = S0;
+  std::vector<float> ys(nhP), yc(nhP);
+  cpu::ssd_step(ctx, row.data(), dt.data(), A.data(), row.data() + nhP, row.data() + nhP + GN, D.data(), dm,
+                staged.data(), ys.data());
+  cpu::ssd_step_bf16(ctx, row.data(), dt.data(), A.data(), row.data() + nhP, row.data() + nhP + GN, D.data(), dm,
+                     S16.data(), yc.data());
+  EXPECT_EQ(S16, to_bf16(staged));
+  EXPECT_EQ(std::memcmp(ys.data(), yc.data(), sizeof(float) * nhP), 0);
+  EXPECT_TRUE(std::isnan(bf16_to_f32(S16[5 * dm.d_state + 3])));
+  size_t subnormal = 0;
+  for (uint16_t v : S16) subnormal += std::fpclassify(bf16_to_f32(v)) == FP_SUBNORMAL;
+  EXPECT_GT(subnormal, sn / 4) << "the case should exercise subnormal states";
+}
+
+TEST_F(Kernels, Mamba1ScanOnBf16StateIsTheF32ScanRounded) {
+  for (int N : {16, 12}) {
+    for (int T : {1, 9}) {
+      SCOPED_TRACE("N=" + std::to_string(N) + " T=" + std::to_string(T));
+      const int I = 40, ld_x = 80, ld_bc = N * 2 + 3;
+      auto x = randn(T * ld_x, 51), z = randn(T * ld_x, 52), bc = randn(T * ld_bc, 53);
+      auto dt = uniform(T * I, 54, 0.001f, 0.2f);
+      auto A = uniform(I * N, 55, -8.0f, -0.5f), D = randn(I, 56);
+      const std::vector<uint16_t> h0 = to_bf16(randn(I * N, 57));
+      auto staged = from_bf16(h0);
+      auto h16 = h0, hr16 = h0;
+      Out ys(T * I), yc(T * I), yr(T * I);
+      cpu::mamba1_scan(ctx, x.data(), ld_x, dt.data(), A.data(), bc.data(), bc.data() + N, ld_bc, D.data(), z.data(),
+                       ld_x, staged.data(), T, I, N, ys.data());
+      cpu::mamba1_scan_bf16(ctx, x.data(), ld_x, dt.data(), A.data(), bc.data(), bc.data() + N, ld_bc, D.data(),
+                            z.data(), ld_x, h16.data(), T, I, N, yc.data());
+      ref::mamba1_scan_bf16(ref_ctx, x.data(), ld_x, dt.data(), A.data(), bc.data(), bc.data() + N, ld_bc, D.data(),
+                            z.data(), ld_x, hr16.data(), T, I, N, yr.data());
+      for (int i = 0; i < T * I; ++i) ASSERT_EQ(yc.v[i], ys.v[i]) << "y " << i;
+      EXPECT_EQ(h16, to_bf16(staged));
+      EXPECT_NE(h16, h0) << "the state should advance";
+      EXPECT_LT(rel_err(yc.data(), yr.data(), yc.n), tol::kMamba1Scan);
+      EXPECT_LT(rel_err(from_bf16(h16).data(), from_bf16(hr16).data(), h16.size()), tol::kMamba1Scan + kBf16Rounding);
+      yc.expect_guard();
+    }
+  }
+}
+
 TEST_F(Kernels, SoftplusMatchesRef) {
   auto x = randn(10000, 45, 8.0f);
   x[0] = 25.0f;

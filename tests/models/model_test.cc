@@ -380,6 +380,33 @@ TEST_P(ModelInvariants, SixteenBitStateStorageTracksF32) {
   }
 }
 
+// With bf16 storage a step of single-token runs updates the SSM states in place (no f32 staging);
+// a step that also holds a longer run stages every state. Both must give bitwise the same logits
+// and the same stored state.
+TEST_P(ModelInvariants, Bf16StateDecodedInPlaceEqualsStaged) {
+  EngineOptions o = opts();
+  o.state_dtype = DType::BF16;
+  Engine e(fixtures() / GetParam(), o);
+  if (!e.cache().has_state()) GTEST_SKIP() << "no recurrent state";
+  const int V = e.vocab_size();
+  const auto prompt = random_ids(11, V, 63), cont = random_ids(4, V, 64), other = random_ids(8, V, 65);
+  const int a = e.new_sequence(), b = e.new_sequence(), c = e.new_sequence();
+  e.prefill(a, prompt, false);
+  e.prefill(b, prompt, false);
+  for (size_t t = 0; t < cont.size(); ++t) {
+    const BatchRun alone{a, 1};
+    const int row0 = 0;
+    const std::span<const float> la = e.step(std::span(cont).subspan(t, 1), std::span(&alone, 1), std::span(&row0, 1));
+    const std::vector<float> want(la.begin(), la.end());
+    // b decodes the same token next to a 2-token run of c: this step stages.
+    const std::vector<int32_t> toks = {cont[t], other[2 * t], other[2 * t + 1]};
+    const BatchRun mixed[2] = {{b, 1}, {c, 2}};
+    const std::span<const float> lb = e.step(toks, mixed, std::span(&row0, 1));
+    ASSERT_EQ(std::vector<float>(lb.begin(), lb.end()), want) << "decode step " << t;
+  }
+  EXPECT_EQ(cache_contents(e, a), cache_contents(e, b));
+}
+
 // --dtype q8_0: every weight matrix quantized at load. Logits track the f32 model within the
 // quantization error, and prefill + decode still agree with one full forward.
 TEST_P(ModelInvariants, Q8WeightsTrackF32) {

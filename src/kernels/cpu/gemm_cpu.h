@@ -6,9 +6,11 @@
 
 namespace hybridlm::cpu {
 
-// Below this, packing the weights per call costs more than the faster tile saves (mamba2-130m,
-// 16 sequences decoding together: dot tiles 236 t/s, GEMM 183 t/s; equal at 32).
-constexpr int kGemmMinTokens = 32;
+// Below this, packing the weights per call costs more than the faster tile saves. bench_gemm on the
+// mamba2-130m projections, best of 10: dot tiles ahead by 8-11% at T = 32 and 3-9% at 48, even at
+// 56, GEMM ahead by 5-8% at 64 (and 32 sequences decoding together: dot tiles 300-380 t/s, GEMM
+// 241-300 with bf16 state).
+constexpr int kGemmMinTokens = 64;
 
 // y[t, r] = sum_k x[t, k] W[r, k] + bias[r] for W.dtype F32 or BF16 (row-major or panels).
 void gemm_lanes_avx512(const KernelContext& ctx, const WeightView& W, const float* bias, const float* x, int T,

@@ -8,3 +8,19 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 #include <immintrin.h>
+
+namespace hybridlm::cpu {
+
+// Fixed reduction tree over the 16 lanes (the same in every kernel, so results agree bitwise):
+// lane l += lane l + 8, then l += l + 4, l += l + 2, l += l + 1, each stage one vector add of the
+// upper half onto the lower (the same additions as the scalar tree, in 8 instructions instead of
+// a store and 15 dependent scalar adds).
+inline __attribute__((always_inline, target("avx512f"))) float reduce16(__m512 v) {
+  const __m256 v8 = _mm256_add_ps(_mm512_castps512_ps256(v),
+                                  _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+  const __m128 v4 = _mm_add_ps(_mm256_castps256_ps128(v8), _mm256_extractf128_ps(v8, 1));
+  const __m128 v2 = _mm_add_ps(v4, _mm_movehl_ps(v4, v4));
+  return _mm_cvtss_f32(_mm_add_ss(v2, _mm_shuffle_ps(v2, v2, 1)));
+}
+
+}  // namespace hybridlm::cpu

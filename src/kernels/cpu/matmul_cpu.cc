@@ -77,18 +77,6 @@ HYBRIDLM_AVX512 inline __m512 load_w16(const void* W, size_t i, __mmask16 m) {
   }
 }
 
-// Fixed reduction tree over the 16 lanes (the same in every kernel, so results agree bitwise):
-// lane l += lane l + 8, then l += l + 4, l += l + 2, l += l + 1, each stage one vector add of the
-// upper half onto the lower (the same additions as the scalar tree, in 8 instructions instead of
-// a store and 15 dependent scalar adds).
-HYBRIDLM_AVX512 inline __attribute__((always_inline)) float reduce16(__m512 v) {
-  const __m256 v8 = _mm256_add_ps(_mm512_castps512_ps256(v),
-                                  _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
-  const __m128 v4 = _mm_add_ps(_mm256_castps256_ps128(v8), _mm256_extractf128_ps(v8, 1));
-  const __m128 v2 = _mm_add_ps(v4, _mm_movehl_ps(v4, v4));
-  return _mm_cvtss_f32(_mm_add_ss(v2, _mm_shuffle_ps(v2, v2, 1)));
-}
-
 // Where rows r0, r0 + 1, ... of a tile live: element (r0 + j, k) at base + j * rs + (k / 16) * ks
 // + k % 16. Row-major: rs = K, ks = 16; panels: rs = 16, ks = 128 (a tile never crosses a panel:
 // tiles of 8 rows start at multiples of 8, tiles of 4 at multiples of 4).

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/cpu/cpu_common.h"
@@ -16,6 +17,12 @@ namespace hybridlm::cpu {
 
 namespace {
 
+// A recurrent state element as f32, and back: f32 storage as is, bf16 storage (uint16_t) widened
+// and rounded to nearest even. Both are branch-free and vectorise.
+HYBRIDLM_INLINE float widen(float v) { return v; }
+HYBRIDLM_INLINE float widen(uint16_t v) { return bf16_to_f32(v); }
+HYBRIDLM_INLINE void narrow(float v, float& out) { out = v; }
+HYBRIDLM_INLINE void narrow(float v, uint16_t& out) { out = f32_to_bf16(v); }
 
 // ---- RMSNorm ------------------------------------------------------------------------------------
 HYBRIDLM_INLINE void rmsnorm_rows(const float* x, const float* w, int d, float eps, float* y,
@@ -91,9 +98,10 @@ HYBRIDLM_SIMD_VARIANTS(conv, conv_channels)
 // (N, 16) so that every step is a lane-wise update with no reduction across lanes, and each
 // channel's arithmetic is the same whichever lane or thread it lands on.
 constexpr int kLanes = 16;
+template <class St>
 HYBRIDLM_INLINE void m1_channels(const float* x, int ld_x, const float* dt, const float* A,
                                  const float* B, const float* C, int ld_bc, const float* D,
-                                 const float* z, int ld_z, float* h, int T, int I, int N, float* y,
+                                 const float* z, int ld_z, St* h, int T, int I, int N, float* y,
                                  size_t ib, size_t ie) {
   thread_local std::vector<float> hT, AT;
   hT.resize(static_cast<size_t>(N) * kLanes);
@@ -102,7 +110,7 @@ HYBRIDLM_INLINE void m1_channels(const float* x, int ld_x, const float* dt, cons
     const int nl = static_cast<int>(std::min<size_t>(kLanes, ie - i0));
     for (int n = 0; n < N; ++n)
       for (int l = 0; l < kLanes; ++l) {
-        hT[n * kLanes + l] = l < nl ? h[(i0 + l) * N + n] : 0.0f;
+        hT[n * kLanes + l] = l < nl ? widen(h[(i0 + l) * N + n]) : 0.0f;
         AT[n * kLanes + l] = l < nl ? A[(i0 + l) * N + n] : 0.0f;
       }
     for (int t = 0; t < T; ++t) {
@@ -130,7 +138,7 @@ HYBRIDLM_INLINE void m1_channels(const float* x, int ld_x, const float* dt, cons
       for (int l = 0; l < nl; ++l) yt[l] = (acc[l] + D[i0 + l] * xt[l]) * vsilu(zt[l]);
     }
     for (int n = 0; n < N; ++n)
-      for (int l = 0; l < nl; ++l) h[(i0 + l) * N + n] = hT[n * kLanes + l];
+      for (int l = 0; l < nl; ++l) narrow(hT[n * kLanes + l], h[(i0 + l) * N + n]);
   }
 }
 HYBRIDLM_SIMD_VARIANTS(m1, m1_channels)
@@ -207,19 +215,29 @@ HYBRIDLM_INLINE void softplus_range(float* x, size_t b, size_t e) {
 HYBRIDLM_SIMD_VARIANTS(softplus, softplus_range)
 
 // ---- Mamba-2 single step over heads [hb, he) ---------------------------------------------------
+// One pass over the state: each row (h, p) is read, decayed and updated, dotted with C, and written
+// back. With bf16 storage the updated row is kept in f32 for the dot and rounded once on the way out.
+template <class St>
 HYBRIDLM_INLINE void ssd_step_heads(const float* x, const float* dt, const float* A, const float* B,
-                                    const float* C, const float* D, const SsdDims& dm, float* S, float* y,
+                                    const float* C, const float* D, const SsdDims& dm, St* S, float* y,
                                     size_t hb, size_t he) {
   const int P = dm.head_dim, N = dm.d_state, hpg = dm.n_heads / dm.n_groups;
+  thread_local std::vector<float> wide;  // bf16 storage: one row of the state, updated, in f32
+  if constexpr (!std::is_same_v<St, float>) wide.resize(N);
   for (size_t h = hb; h < he; ++h) {
     const float* Bg = B + (h / hpg) * N;
     const float* Cg = C + (h / hpg) * N;
     const float decay = vexp(dt[h] * A[h]);
     for (int p = 0; p < P; ++p) {
-      float* Sp = S + (h * P + p) * N;
+      St* Sp = S + (h * P + p) * N;
       const float xv = x[h * P + p], dx = dt[h] * xv;
-      for (int n = 0; n < N; ++n) Sp[n] = decay * Sp[n] + dx * Bg[n];
-      y[h * P + p] = vdot(Sp, Cg, N) + D[h] * xv;
+      float* row;
+      if constexpr (std::is_same_v<St, float>) row = Sp;
+      else row = wide.data();
+      for (int n = 0; n < N; ++n) row[n] = decay * widen(Sp[n]) + dx * Bg[n];
+      y[h * P + p] = vdot(row, Cg, N) + D[h] * xv;
+      if constexpr (!std::is_same_v<St, float>)
+        for (int n = 0; n < N; ++n) narrow(row[n], Sp[n]);
     }
   }
 }
@@ -258,6 +276,14 @@ void mamba1_scan(const KernelContext& ctx, const float* x, int ld_x, const float
   });
 }
 
+void mamba1_scan_bf16(const KernelContext& ctx, const float* x, int ld_x, const float* dt,
+                      const float* A, const float* B, const float* C, int ld_bc, const float* D,
+                      const float* z, int ld_z, uint16_t* h, int T, int I, int N, float* y) {
+  parallel(ctx, I, 16, [&](size_t b, size_t e) {
+    m1_dispatch(x, ld_x, dt, A, B, C, ld_bc, D, z, ld_z, h, T, I, N, y, b, e);
+  });
+}
+
 void ssd_scan(const KernelContext& ctx, const float* x, int ld_x, const float* dt,
               const float* A, const float* B, const float* C, int ld_bc, const float* D,
               const SsdDims& dims, int chunk, float* S, int T, float* y) {
@@ -271,6 +297,15 @@ void ssd_scan(const KernelContext& ctx, const float* x, int ld_x, const float* d
 
 void ssd_step(const KernelContext& ctx, const float* x, const float* dt, const float* A, const float* B,
               const float* C, const float* D, const SsdDims& dims, float* S, float* y) {
+  if (simd_path() == SimdPath::Avx512 && ssd_step_avx512(ctx, x, dt, A, B, C, D, dims, S, y)) return;
+  parallel(ctx, dims.n_heads, 4, [&](size_t b, size_t e) {
+    ssd_step_dispatch(x, dt, A, B, C, D, dims, S, y, b, e);
+  });
+}
+
+void ssd_step_bf16(const KernelContext& ctx, const float* x, const float* dt, const float* A, const float* B,
+                   const float* C, const float* D, const SsdDims& dims, uint16_t* S, float* y) {
+  if (simd_path() == SimdPath::Avx512 && ssd_step_avx512(ctx, x, dt, A, B, C, D, dims, S, y)) return;
   parallel(ctx, dims.n_heads, 4, [&](size_t b, size_t e) {
     ssd_step_dispatch(x, dt, A, B, C, D, dims, S, y, b, e);
   });

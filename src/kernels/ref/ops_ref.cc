@@ -208,6 +208,32 @@ void ssd_step(const KernelContext&, const float* x, const float* dt, const float
   }
 }
 
+namespace {
+std::vector<float> widen_bf16(const uint16_t* v, size_t n) {
+  std::vector<float> out(n);
+  for (size_t i = 0; i < n; ++i) out[i] = bf16_to_f32(v[i]);
+  return out;
+}
+void round_bf16(const std::vector<float>& v, uint16_t* out) {
+  for (size_t i = 0; i < v.size(); ++i) out[i] = f32_to_bf16(v[i]);
+}
+}  // namespace
+
+void ssd_step_bf16(const KernelContext& ctx, const float* x, const float* dt, const float* A, const float* B,
+                   const float* C, const float* D, const SsdDims& dims, uint16_t* S, float* y) {
+  std::vector<float> s = widen_bf16(S, static_cast<size_t>(dims.n_heads) * dims.head_dim * dims.d_state);
+  ssd_step(ctx, x, dt, A, B, C, D, dims, s.data(), y);
+  round_bf16(s, S);
+}
+
+void mamba1_scan_bf16(const KernelContext& ctx, const float* x, int ld_x, const float* dt,
+                      const float* A, const float* B, const float* C, int ld_bc, const float* D,
+                      const float* z, int ld_z, uint16_t* h, int T, int I, int N, float* y) {
+  std::vector<float> s = widen_bf16(h, static_cast<size_t>(I) * N);
+  mamba1_scan(ctx, x, ld_x, dt, A, B, C, ld_bc, D, z, ld_z, s.data(), T, I, N, y);
+  round_bf16(s, h);
+}
+
 void softplus(const KernelContext&, float* x, size_t n) {
   for (size_t i = 0; i < n; ++i) x[i] = softplus(x[i]);
 }

@@ -15,7 +15,8 @@ struct SeqRun {
   int len = 0;          // number of tokens
   int pos0 = 0;         // tokens the sequence held before this run (position of its first token)
   float* conv_state = nullptr;  // (K-1, conv channels) of this sequence for this layer
-  float* ssm_state = nullptr;   // the layer's SSM state of this sequence
+  float* ssm_state = nullptr;   // the layer's SSM state of this sequence, or null when:
+  uint16_t* ssm_state_bf16 = nullptr;  // decode with bf16 state storage: the state itself, updated in place
   PagedKv kv;                   // attention layers: the sequence's KV pages, room made for len more
 };
 
