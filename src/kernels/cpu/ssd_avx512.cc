@@ -1,7 +1,7 @@
-// Mamba-2 on the AVX-512 path: the chunked SSD, for head_dim a multiple of 16 (at most 128) and
-// chunks of at most 64 tokens, and the decode step (at the end, on f32 or bf16 state).
-// The chunked SSD uses the same formulas as the portable kernel in ssm_cpu.cc (see
-// ref/ops_ref.cc), written as small matrix products with register tiles:
+// Mamba-2 chunked SSD on the AVX-512 path, for head_dim a multiple of 16 (at most 128) and
+// chunks of at most 64 tokens (the decode step is in ssm_step_avx512.cc). The same formulas as
+// the portable kernel in ssm_cpu.cc (see ref/ops_ref.cc), as small matrix products with register
+// tiles:
 //   CB[i, j] = C_i . B_j                 once per group and chunk (shared by the group's heads)
 //   L[i, j]  = exp(s_i - s_j) CB[i, j] dt_j   (j <= i, else 0)
 //   y_i      = exp(s_i) C_i S_in^T + sum_j L[i, j] x_j + D x_i
@@ -175,82 +175,7 @@ HYBRIDLM_AVX512 void ssd_head(const float* x, int ld_x, const float* dt, float A
     for (int n = 0; n < N; ++n) Sh[p * N + n] = st[n * P + p];
 }
 
-// ---- decode step ---------------------------------------------------------------------------------
-// 16 elements of a recurrent state as f32, and back (bf16: widened; rounded to nearest even with
-// NaN kept quiet, lane for lane what f32_to_bf16 does; vcvtneps2bf16 would flush subnormals,
-// which a decaying state reaches).
-HYBRIDLM_AVX512 HYBRIDLM_INLINE __m512 load_state16(const float* p) { return _mm512_loadu_ps(p); }
-HYBRIDLM_AVX512 HYBRIDLM_INLINE __m512 load_state16(const uint16_t* p) {
-  const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-  return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
-}
-HYBRIDLM_AVX512 HYBRIDLM_INLINE void store_state16(float* p, __m512 v) { _mm512_storeu_ps(p, v); }
-HYBRIDLM_AVX512 HYBRIDLM_INLINE void store_state16(uint16_t* p, __m512 v) {
-  const __m512i u = _mm512_castps_si512(v);
-  const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-  const __m512i rounded =
-      _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), odd), 16);
-  const __mmask16 nan =
-      _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
-  const __m512i quiet = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(_mm512_mask_blend_epi32(nan, rounded, quiet)));
-}
-
-// Heads [hb, he), four state rows (p .. p + 3) at a time: each 16-element piece of a row is read
-// once, decayed and updated (decay S + dt x B), multiplied into the row's C accumulator and written
-// back; B and C pieces are loaded once for the four rows. y = reduce16(accumulator) + D x.
-template <class St>
-HYBRIDLM_AVX512 void step_heads(const float* x, const float* dt, const float* A, const float* B, const float* C,
-                                const float* D, const SsdDims& dm, St* S, float* y, size_t hb, size_t he) {
-  const int P = dm.head_dim, N = dm.d_state, hpg = dm.n_heads / dm.n_groups;
-  for (size_t h = hb; h < he; ++h) {
-    const float* Bg = B + (h / hpg) * N;
-    const float* Cg = C + (h / hpg) * N;
-    const __m512 decay = _mm512_set1_ps(vexp(dt[h] * A[h]));
-    for (int p = 0; p < P; p += 4) {
-      const float* xp = x + h * P + p;
-      const __m512 dx0 = _mm512_set1_ps(dt[h] * xp[0]), dx1 = _mm512_set1_ps(dt[h] * xp[1]);
-      const __m512 dx2 = _mm512_set1_ps(dt[h] * xp[2]), dx3 = _mm512_set1_ps(dt[h] * xp[3]);
-      St* s0 = S + (h * P + p) * N;
-      St *s1 = s0 + N, *s2 = s1 + N, *s3 = s2 + N;
-      __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-      for (int n = 0; n < N; n += 16) {
-        const __m512 b = _mm512_loadu_ps(Bg + n), c = _mm512_loadu_ps(Cg + n);
-        const __m512 n0 = _mm512_fmadd_ps(decay, load_state16(s0 + n), _mm512_mul_ps(dx0, b));
-        const __m512 n1 = _mm512_fmadd_ps(decay, load_state16(s1 + n), _mm512_mul_ps(dx1, b));
-        const __m512 n2 = _mm512_fmadd_ps(decay, load_state16(s2 + n), _mm512_mul_ps(dx2, b));
-        const __m512 n3 = _mm512_fmadd_ps(decay, load_state16(s3 + n), _mm512_mul_ps(dx3, b));
-        a0 = _mm512_fmadd_ps(n0, c, a0), a1 = _mm512_fmadd_ps(n1, c, a1);
-        a2 = _mm512_fmadd_ps(n2, c, a2), a3 = _mm512_fmadd_ps(n3, c, a3);
-        store_state16(s0 + n, n0), store_state16(s1 + n, n1), store_state16(s2 + n, n2), store_state16(s3 + n, n3);
-      }
-      float* yp = y + h * P + p;
-      yp[0] = reduce16(a0) + D[h] * xp[0];
-      yp[1] = reduce16(a1) + D[h] * xp[1];
-      yp[2] = reduce16(a2) + D[h] * xp[2];
-      yp[3] = reduce16(a3) + D[h] * xp[3];
-    }
-  }
-}
-
-template <class St>
-bool step(const KernelContext& ctx, const float* x, const float* dt, const float* A, const float* B, const float* C,
-          const float* D, const SsdDims& dm, St* S, float* y) {
-  if (dm.d_state % 16 != 0 || dm.head_dim % 4 != 0) return false;
-  parallel(ctx, dm.n_heads, 4, [&](size_t b, size_t e) { step_heads(x, dt, A, B, C, D, dm, S, y, b, e); });
-  return true;
-}
-
 }  // namespace
-
-bool ssd_step_avx512(const KernelContext& ctx, const float* x, const float* dt, const float* A, const float* B,
-                     const float* C, const float* D, const SsdDims& dims, float* S, float* y) {
-  return step(ctx, x, dt, A, B, C, D, dims, S, y);
-}
-bool ssd_step_avx512(const KernelContext& ctx, const float* x, const float* dt, const float* A, const float* B,
-                     const float* C, const float* D, const SsdDims& dims, uint16_t* S, float* y) {
-  return step(ctx, x, dt, A, B, C, D, dims, S, y);
-}
 
 bool ssd_scan_avx512(const KernelContext& ctx, const float* x, int ld_x, const float* dt, const float* A,
                      const float* B, const float* C, int ld_bc, const float* D, const SsdDims& dm, int chunk,

@@ -10,6 +10,7 @@
 
 #include "kernels/cpu/cpu_common.h"
 #include "kernels/cpu/ssd_avx512.h"
+#include "kernels/cpu/ssm_step_avx512.h"
 #include "kernels/cpu/vec_math.h"
 #include "kernels/kernels.h"
 
@@ -271,6 +272,7 @@ void conv1d_causal(const KernelContext& ctx, const float* x, int ld_x, const flo
 void mamba1_scan(const KernelContext& ctx, const float* x, int ld_x, const float* dt,
                  const float* A, const float* B, const float* C, int ld_bc, const float* D,
                  const float* z, int ld_z, float* h, int T, int I, int N, float* y) {
+  if (T == 1 && simd_path() == SimdPath::Avx512 && mamba1_step_avx512(ctx, x, dt, A, B, C, D, z, h, I, N, y)) return;
   parallel(ctx, I, 16, [&](size_t b, size_t e) {
     m1_dispatch(x, ld_x, dt, A, B, C, ld_bc, D, z, ld_z, h, T, I, N, y, b, e);
   });
@@ -279,6 +281,7 @@ void mamba1_scan(const KernelContext& ctx, const float* x, int ld_x, const float
 void mamba1_scan_bf16(const KernelContext& ctx, const float* x, int ld_x, const float* dt,
                       const float* A, const float* B, const float* C, int ld_bc, const float* D,
                       const float* z, int ld_z, uint16_t* h, int T, int I, int N, float* y) {
+  if (T == 1 && simd_path() == SimdPath::Avx512 && mamba1_step_avx512(ctx, x, dt, A, B, C, D, z, h, I, N, y)) return;
   parallel(ctx, I, 16, [&](size_t b, size_t e) {
     m1_dispatch(x, ld_x, dt, A, B, C, ld_bc, D, z, ld_z, h, T, I, N, y, b, e);
   });
