@@ -37,9 +37,9 @@ def make_model(models, preset):
     return out
 
 
-def bench(exe, model, dtype, threads, reps, p, n, batch=1):
+def bench(exe, model, dtype, threads, reps, p, n, batch=1, state="f32"):
     cmd = [exe, "bench", "-m", model, "--dtype", dtype, "-t", str(threads), "-r", str(reps), "-p", str(p),
-           "-n", str(n), "--batch", str(batch), "--json"]
+           "-n", str(n), "--batch", str(batch), "--state-dtype", state, "--json"]
     print("  " + " ".join(cmd[1:]), file=sys.stderr, flush=True)
     res = subprocess.run(cmd, capture_output=True, text=True)
     if res.returncode != 0:
@@ -101,10 +101,12 @@ def svg_panel(x0, y0, w, h, title, xlabel, ylabel, series):
         color = COLORS.get(label.split()[0], "#555")
         pts = sorted(pts)
         path = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in pts)
-        out.append(f'<polyline points="{path}" fill="none" stroke="{color}" stroke-width="2"/>')
+        dash = ' stroke-dasharray="5,3"' if "state" in label else ""
+        out.append(f'<polyline points="{path}" fill="none" stroke="{color}" stroke-width="2"{dash}/>')
         for x, y in pts:
             out.append(f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="3" fill="{color}"/>')
-        out.append(f'<text x="{x0 + 60 + 70 * k}" y="{y0 + 38}" font-size="11" fill="{color}">{label}</text>')
+        out.append(f'<text x="{x0 + 60 + 120 * (k % 3)}" y="{y0 + 38 + 14 * (k // 3)}" font-size="11" '
+                   f'fill="{color}">{label}</text>')
     return out
 
 
@@ -139,9 +141,10 @@ def measure(args):
         for L in lengths:
             r = bench(args.exe, sweep_model, dt, args.threads, args.reps, L, 1)[0]  # pp
             sweep_rows.append(dict(r, preset="mamba2-130m", sweep="prompt", length=L))
-        for B in batches:
-            r = bench(args.exe, sweep_model, dt, args.threads, args.reps, 16, batch_steps, B)[1]  # tg
-            sweep_rows.append(dict(r, preset="mamba2-130m", sweep="batch", steps=batch_steps))
+        for state in ("f32", "bf16"):  # bf16 state: half the per-sequence traffic of every step
+            for B in batches:
+                r = bench(args.exe, sweep_model, dt, args.threads, args.reps, 16, batch_steps, B, state)[1]  # tg
+                sweep_rows.append(dict(r, preset="mamba2-130m", sweep="batch", steps=batch_steps, state=state))
     try:
         lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
     except OSError:
@@ -164,7 +167,8 @@ def render(data):
         if r["sweep"] == "prompt":
             prompt_sweep.setdefault(r["dtype"], []).append((int(r.get("length", r["test"][2:])), r["tokens_per_second"]))
         else:
-            batch_sweep.setdefault(r["dtype"], []).append((r["batch"], r["tokens_per_second"]))
+            label = r["dtype"] + ("" if r.get("state", "f32") == "f32" else f" {r['state']}-state")
+            batch_sweep.setdefault(label, []).append((r["batch"], r["tokens_per_second"]))
     lengths = sorted({x for pts in prompt_sweep.values() for x, _ in pts})
     batches = sorted({x for pts in batch_sweep.values() for x, _ in pts})
     steps = next((r.get("steps") for r in sweeps if r["sweep"] == "batch" and r.get("steps")),
@@ -187,14 +191,21 @@ def render(data):
                   f"{r['tokens_per_second']:.1f} ± {r['stddev']:.1f} | {fmt_rate(r, peaks)} |")
     md += ["", f"Sweeps on mamba2-130m ({threads} threads): prefill tokens/s by prompt length (`-p L -n 1`), "
            f"and aggregate decode tokens/s by the number of sequences decoding together (`-p 16 -n {steps} "
-           "--batch B`; each step reads the weights once for all of them).", "", "| dtype | " +
-           " | ".join(f"pp{L}" for L in lengths) + " | " + " | ".join(f"tg x{B}" for B in batches) + " |",
-           "|---" * (1 + len(lengths) + len(batches)) + "|"]
+           "--batch B [--state-dtype bf16]`; each step reads the weights once for all of them, and every "
+           "sequence's recurrent state).", "", "| dtype | state | " +
+           " | ".join(f"pp{L}" for L in lengths) + " | " + " | ".join(f"tg x{B}" for B in batches) +
+           f" | tg x{batches[-1]} / x1 |", "|---" * (3 + len(lengths) + len(batches)) + "|"]
     for dt in DTYPES:
-        if dt not in prompt_sweep:
-            continue
-        md.append(f"| {dt} | " + " | ".join(f"{y:.0f}" for _, y in sorted(prompt_sweep[dt])) + " | " +
-                  " | ".join(f"{y:.0f}" for _, y in sorted(batch_sweep.get(dt, []))) + " |")
+        for state in ("f32", "bf16"):
+            label = dt if state == "f32" else f"{dt} {state}-state"
+            if label not in batch_sweep and (state != "f32" or dt not in prompt_sweep):
+                continue
+            pp = sorted(prompt_sweep.get(dt, [])) if state == "f32" else []
+            tg = dict(batch_sweep.get(label, []))
+            ratio = f"{tg[batches[-1]] / tg[1]:.1f}x" if batches and 1 in tg and batches[-1] in tg else "-"
+            md.append(f"| {dt} | {state} | " + " | ".join(f"{y:.0f}" for _, y in pp) +
+                      " | -" * (len(lengths) - len(pp)) + " | " +
+                      " | ".join(f"{tg[B]:.0f}" if B in tg else "-" for B in batches) + f" | {ratio} |")
     md += ["", "![tokens/s vs prompt length and vs batch size](bench/throughput.svg)"]
     return "\n".join(md), prompt_sweep, batch_sweep
 
