@@ -203,9 +203,9 @@ def render(data):
             pp = sorted(prompt_sweep.get(dt, [])) if state == "f32" else []
             tg = dict(batch_sweep.get(label, []))
             ratio = f"{tg[batches[-1]] / tg[1]:.1f}x" if batches and 1 in tg and batches[-1] in tg else "-"
-            md.append(f"| {dt} | {state} | " + " | ".join(f"{y:.0f}" for _, y in pp) +
-                      " | -" * (len(lengths) - len(pp)) + " | " +
-                      " | ".join(f"{tg[B]:.0f}" if B in tg else "-" for B in batches) + f" | {ratio} |")
+            cells = [dt, state] + [f"{y:.0f}" for _, y in pp] + ["-"] * (len(lengths) - len(pp))
+            cells += [f"{tg[B]:.0f}" if B in tg else "-" for B in batches] + [ratio]
+            md.append("| " + " | ".join(cells) + " |")
     md += ["", "![tokens/s vs prompt length and vs batch size](bench/throughput.svg)"]
     return "\n".join(md), prompt_sweep, batch_sweep
 

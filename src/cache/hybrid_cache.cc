@@ -381,6 +381,7 @@ void HybridCache::load_state(std::span<const BatchRun> runs, int layer, ThreadPo
 
 void HybridCache::store_state(std::span<const BatchRun> runs, int layer, ThreadPool* pool) {
   if (states_.dtype() == DType::F32 || !layers_[layer].has_state()) return;
+  check(staged_layer_ == layer, "store_state of layer " + std::to_string(layer) + " without its load_state");
   const size_t n = staged_elems_;
   for_state_elements(pool, runs.size(), n, [&](size_t i, size_t b, size_t e) {
     const BatchRun& r = runs[i];

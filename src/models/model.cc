@@ -156,9 +156,11 @@ void Model::forward_layers(const KernelContext& ctx, std::span<const int32_t> to
     const BlockSpec& b = cfg_.blocks[l];
     const LayerWeights& w = layers_[l];
     sc.runs.clear();
-    // f32 views of this layer's state (a no-op for f32 storage); a decode step updates bf16 SSM
-    // states in place (every block with an SSM state takes ssm_state_bf16).
-    cache.load_state(runs, l, ctx.pool, /*bf16_in_place=*/true);
+    // f32 views of this layer's state (a no-op for f32 storage). A decode step updates bf16 SSM
+    // states in place in the mixers whose kernels take them (SeqRun::ssm_state_bf16).
+    const bool bf16_in_place =
+        b.mixer == MixerKind::Mamba1 || b.mixer == MixerKind::Mamba2 || b.mixer == MixerKind::Mamba2Attention;
+    cache.load_state(runs, l, ctx.pool, bf16_in_place);
     int start = 0;
     for (const BatchRun& r : runs) {
       SeqRun s;

@@ -7,6 +7,7 @@
 
 #include "base/error.h"
 #include "cache/hybrid_cache.h"
+#include "tensor/dtype.h"
 
 namespace hybridlm {
 namespace {
@@ -337,6 +338,37 @@ TEST(HybridCache, PureSsmCountsTokensWithoutPages) {
   EXPECT_EQ(c.seq_length(a), 40);
   EXPECT_EQ(c.total_pages(), 0);
   EXPECT_FALSE(c.has_kv());
+}
+
+// bf16 storage: a step of single-token runs loaded with bf16_in_place stages only the conv states
+// and hands out the stored bf16 SSM states; a step with a longer run stages everything.
+TEST(HybridCache, Bf16DecodeStepsLeaveTheSsmStateInPlace) {
+  CacheOptions o = opts(3, 4, 32);
+  o.state_dtype = DType::BF16;
+  HybridCache c(hybrid_layers(), o);
+  const int a = c.add(), b = c.add();
+  const BatchRun decode[2] = {{b, 1}, {a, 1}};
+  c.load_state(decode, 0, nullptr, true);
+  EXPECT_EQ(c.ssm_state(a, 0), nullptr);
+  uint16_t* sa = c.ssm_state_bf16(a, 0);
+  ASSERT_NE(sa, nullptr);
+  EXPECT_NE(sa, c.ssm_state_bf16(b, 0));
+  sa[3] = f32_to_bf16(2.5f);               // the kernel's in-place update
+  c.conv_state(a, 0)[11] = 1.25f;          // staged, rounded back by store_state
+  c.store_state(decode, 0);
+  const BatchRun mixed[2] = {{a, 1}, {b, 2}};
+  c.load_state(mixed, 0, nullptr, true);  // a longer run: everything staged
+  EXPECT_EQ(c.ssm_state_bf16(a, 0), nullptr);
+  ASSERT_NE(c.ssm_state(a, 0), nullptr);
+  EXPECT_EQ(c.ssm_state(a, 0)[3], 2.5f);
+  EXPECT_EQ(c.conv_state(a, 0)[11], 1.25f);
+  EXPECT_EQ(c.ssm_state(b, 0)[3], 0.0f);
+  c.store_state(mixed, 0);
+  c.load_state(decode, 0, nullptr, false);  // not asked for: staged
+  EXPECT_EQ(c.ssm_state_bf16(a, 0), nullptr);
+  EXPECT_EQ(c.ssm_state(a, 0)[3], 2.5f);
+  EXPECT_THROW(c.store_state(decode, 2), Error) << "a store without its load";
+  c.store_state(decode, 0);
 }
 
 }  // namespace

@@ -350,8 +350,10 @@ void ssd_sequential(const std::vector<float>& x, int ld_x, const std::vector<flo
 }
 
 TEST_F(Kernels, SsdRefEqualsSequentialRecurrenceAndCpuEqualsRef) {
-  // Head dims 16, 32 and 64 take the AVX-512 kernel where it runs (d_state 33: an odd row pair).
-  const SsdDims shapes[] = {{4, 8, 1, 16}, {8, 4, 2, 12}, {6, 16, 3, 8}, {4, 64, 2, 33}, {2, 32, 1, 16}};
+  // Head dims 16, 32, 64 (4-row tiles) and 128 (2-row tiles) take the AVX-512 kernel where it runs;
+  // d_state 33, 14, 15 and 13 leave a ragged last block of state rows.
+  const SsdDims shapes[] = {{4, 8, 1, 16},  {8, 4, 2, 12},   {6, 16, 3, 8},  {4, 64, 2, 33},
+                            {2, 32, 1, 14}, {2, 32, 1, 15}, {2, 128, 1, 13}};
   for (const SsdDims& dm : shapes) {
     for (int T : {1, 7, 16, 37, 130}) {
       for (int chunk : {1, 4, 16, 64}) {
@@ -385,26 +387,31 @@ TEST_F(Kernels, SsdRefEqualsSequentialRecurrenceAndCpuEqualsRef) {
 }
 
 // Causality, bitwise: outputs before token t do not change when token t's input becomes infinite
-// (the register-tiled SSD computes rows in pairs; the later row's token must not enter the
-// earlier one, even multiplied by 0).
+// (the register-tiled SSD computes y rows R at a time: 4 for head_dim <= 64, 2 for 128; a later
+// row's token must not enter an earlier one, even multiplied by 0). The bad token sits at every
+// position of a row block.
 TEST_F(Kernels, SsdEarlierOutputsIgnoreLaterTokens) {
-  const SsdDims dm{4, 64, 2, 32};
-  const int T = 37, chunk = 16, bad = 7, nhP = dm.n_heads * dm.head_dim, GN = dm.n_groups * dm.d_state;
-  const int ld_x = nhP + 2 * GN;
-  auto row = randn(static_cast<size_t>(T) * ld_x, 40);
-  auto dt = uniform(T * dm.n_heads, 41, 0.001f, 0.3f);
-  auto A = uniform(dm.n_heads, 42, -4.0f, -0.2f), D = randn(dm.n_heads, 43);
-  const size_t sn = static_cast<size_t>(nhP) * dm.d_state;
-  auto run = [&](const std::vector<float>& r) {
-    std::vector<float> S(sn, 0.0f), y(static_cast<size_t>(T) * nhP);
-    cpu::ssd_scan(ctx, r.data(), ld_x, dt.data(), A.data(), r.data() + nhP, r.data() + nhP + GN, ld_x, D.data(), dm,
-                  chunk, S.data(), T, y.data());
-    return y;
-  };
-  const auto want = run(row);
-  for (int c = 0; c < nhP; ++c) row[static_cast<size_t>(bad) * ld_x + c] = std::numeric_limits<float>::infinity();
-  const auto got = run(row);
-  for (size_t i = 0; i < static_cast<size_t>(bad) * nhP; ++i) ASSERT_EQ(got[i], want[i]) << "output " << i;
+  for (const SsdDims& dm : {SsdDims{4, 64, 2, 32}, SsdDims{4, 16, 1, 16}, SsdDims{2, 128, 1, 16}}) {
+    for (int bad = 4; bad <= 8; ++bad) {
+      SCOPED_TRACE("P=" + std::to_string(dm.head_dim) + " bad=" + std::to_string(bad));
+      const int T = 37, chunk = 16, nhP = dm.n_heads * dm.head_dim, GN = dm.n_groups * dm.d_state;
+      const int ld_x = nhP + 2 * GN;
+      auto row = randn(static_cast<size_t>(T) * ld_x, 40);
+      auto dt = uniform(T * dm.n_heads, 41, 0.001f, 0.3f);
+      auto A = uniform(dm.n_heads, 42, -4.0f, -0.2f), D = randn(dm.n_heads, 43);
+      const size_t sn = static_cast<size_t>(nhP) * dm.d_state;
+      auto run = [&](const std::vector<float>& r) {
+        std::vector<float> S(sn, 0.0f), y(static_cast<size_t>(T) * nhP);
+        cpu::ssd_scan(ctx, r.data(), ld_x, dt.data(), A.data(), r.data() + nhP, r.data() + nhP + GN, ld_x, D.data(),
+                      dm, chunk, S.data(), T, y.data());
+        return y;
+      };
+      const auto want = run(row);
+      for (int c = 0; c < nhP; ++c) row[static_cast<size_t>(bad) * ld_x + c] = std::numeric_limits<float>::infinity();
+      const auto got = run(row);
+      for (size_t i = 0; i < static_cast<size_t>(bad) * nhP; ++i) ASSERT_EQ(got[i], want[i]) << "output " << i;
+    }
+  }
 }
 
 TEST_F(Kernels, SsdStepMatchesRefAndTheSequentialRecurrence) {
@@ -490,6 +497,11 @@ TEST_F(Kernels, SsdStepBf16RoundingOfSubnormalsAndNaN) {
   std::vector<float> s0(sn);
   for (size_t i = 0; i < sn; ++i) s0[i] = std::ldexp(1.0f + static_cast<float>(i % 7) / 8, -120 - static_cast<int>(i % 17));
   s0[5 * dm.d_state + 3] = std::numeric_limits<float>::quiet_NaN();
+  // NaNs whose rounding would carry out of the exponent without the NaN select (0x7fffffff would
+  // become -0): through B, every state row of the group at that column becomes that NaN.
+  const auto nan_bits = [](uint32_t b) { float f; std::memcpy(&f, &b, 4); return f; };
+  row[nhP + 9] = nan_bits(0x7fffffffu);
+  row[nhP + 17] = nan_bits(0xffffffffu);
   const std::vector<uint16_t> S0 = to_bf16(s0);
   std::vector<float> staged = from_bf16(S0);
   std::vector<uint16_t> S16 = S0;
@@ -501,6 +513,10 @@ TEST_F(Kernels, SsdStepBf16RoundingOfSubnormalsAndNaN) {
   EXPECT_EQ(S16, to_bf16(staged));
   EXPECT_EQ(std::memcmp(ys.data(), yc.data(), sizeof(float) * nhP), 0);
   EXPECT_TRUE(std::isnan(bf16_to_f32(S16[5 * dm.d_state + 3])));
+  for (int p = 0; p < nhP; ++p) {
+    EXPECT_EQ(S16[static_cast<size_t>(p) * dm.d_state + 9], 0x7fff) << "row " << p;
+    EXPECT_EQ(S16[static_cast<size_t>(p) * dm.d_state + 17], 0xffff) << "row " << p;
+  }
   size_t subnormal = 0;
   for (uint16_t v : S16) subnormal += std::fpclassify(bf16_to_f32(v)) == FP_SUBNORMAL;
   EXPECT_GT(subnormal, sn / 4) << "the case should exercise subnormal states";

@@ -382,29 +382,37 @@ TEST_P(ModelInvariants, SixteenBitStateStorageTracksF32) {
 
 // With bf16 storage a step of single-token runs updates the SSM states in place (no f32 staging);
 // a step that also holds a longer run stages every state. Both must give bitwise the same logits
-// and the same stored state.
+// and the same stored state, for several sequences in one step (in place: split over the pool by
+// sequence), listed out of slot order.
 TEST_P(ModelInvariants, Bf16StateDecodedInPlaceEqualsStaged) {
-  EngineOptions o = opts();
+  EngineOptions o = opts(5);
   o.state_dtype = DType::BF16;
   Engine e(fixtures() / GetParam(), o);
   if (!e.cache().has_state()) GTEST_SKIP() << "no recurrent state";
   const int V = e.vocab_size();
-  const auto prompt = random_ids(11, V, 63), cont = random_ids(4, V, 64), other = random_ids(8, V, 65);
-  const int a = e.new_sequence(), b = e.new_sequence(), c = e.new_sequence();
-  e.prefill(a, prompt, false);
-  e.prefill(b, prompt, false);
-  for (size_t t = 0; t < cont.size(); ++t) {
-    const BatchRun alone{a, 1};
-    const int row0 = 0;
-    const std::span<const float> la = e.step(std::span(cont).subspan(t, 1), std::span(&alone, 1), std::span(&row0, 1));
-    const std::vector<float> want(la.begin(), la.end());
-    // b decodes the same token next to a 2-token run of c: this step stages.
-    const std::vector<int32_t> toks = {cont[t], other[2 * t], other[2 * t + 1]};
-    const BatchRun mixed[2] = {{b, 1}, {c, 2}};
-    const std::span<const float> lb = e.step(toks, mixed, std::span(&row0, 1));
-    ASSERT_EQ(std::vector<float>(lb.begin(), lb.end()), want) << "decode step " << t;
+  const auto pa = random_ids(11, V, 63), pb = random_ids(9, V, 64);
+  const auto ca = random_ids(4, V, 65), cb = random_ids(4, V, 66), other = random_ids(8, V, 67);
+  const int a = e.new_sequence(), b = e.new_sequence();
+  e.prefill(a, pa, false);
+  e.prefill(b, pb, false);
+  const int a2 = e.cache().fork(a), b2 = e.cache().fork(b), c = e.new_sequence();
+  for (size_t t = 0; t < ca.size(); ++t) {
+    // In place: b and a decode together.
+    const std::vector<int32_t> toks = {cb[t], ca[t]};
+    const BatchRun decode[2] = {{b, 1}, {a, 1}};
+    const int rows[2] = {0, 1};
+    const std::span<const float> l = e.step(toks, decode, rows);
+    const std::vector<float> want_b(l.begin(), l.begin() + V), want_a(l.begin() + V, l.end());
+    // Staged: the copies decode the same tokens around a 2-token run of c.
+    const std::vector<int32_t> toks2 = {ca[t], other[2 * t], other[2 * t + 1], cb[t]};
+    const BatchRun mixed[3] = {{a2, 1}, {c, 2}, {b2, 1}};
+    const int rows2[2] = {0, 3};
+    const std::span<const float> l2 = e.step(toks2, mixed, rows2);
+    ASSERT_EQ(std::vector<float>(l2.begin(), l2.begin() + V), want_a) << "decode step " << t;
+    ASSERT_EQ(std::vector<float>(l2.begin() + V, l2.end()), want_b) << "decode step " << t;
   }
-  EXPECT_EQ(cache_contents(e, a), cache_contents(e, b));
+  EXPECT_EQ(cache_contents(e, a), cache_contents(e, a2));
+  EXPECT_EQ(cache_contents(e, b), cache_contents(e, b2));
 }
 
 // --dtype q8_0: every weight matrix quantized at load. Logits track the f32 model within the

@@ -8,8 +8,9 @@
 //   S_out    = exp(s_last) S_in + sum_j (exp(s_last - s_j) dt_j x_j) B_j^T
 // The state of a head is held transposed, (N, P), while its chunks run, so every product
 // vectorises over P (or over j for CB) with broadcasts of the other operand and no reduction
-// across lanes. Results differ from the portable kernel by rounding only (tested against the
-// float64 sequential recurrence).
+// across lanes; y rows and state rows are computed four at a time (two for head_dim 128).
+// Results differ from the portable kernel by rounding only (tested against the float64
+// sequential recurrence).
 #include "kernels/cpu/intrinsics.h"
 
 #include <algorithm>
@@ -48,20 +49,23 @@ HYBRIDLM_AVX512 void chunk_cb(const float* B, const float* C, int ld_bc, int N, 
   }
 }
 
-// Two rows of accumulators, each PV vectors wide: a0 += sum_k p0[k * sp] R_k and a1 += sum_k
-// p1[k * sp] R_k over k in [0, n), R_k = rows + k * ld (one head_dim row). The shape of every
-// product of a chunk: each R_k vector is loaded once for both rows.
-template <int PV>
-HYBRIDLM_AVX512 HYBRIDLM_INLINE void two_rows_accumulate(const float* p0, const float* p1, size_t sp, const float* rows,
-                                                         size_t ld, int n, __m512 (&a0)[PV], __m512 (&a1)[PV]) {
+// R rows of accumulators, each PV vectors wide: a[r] += sum_k p[r][k * sp] R_k over k in [0, n),
+// R_k = rows + k * ld (one head_dim row). The shape of every product of a chunk: each R_k vector
+// is loaded once for all R rows (R x PV accumulators in registers: 4 x PV for head_dim <= 64,
+// 2 x 8 for 128).
+template <int R, int PV>
+HYBRIDLM_AVX512 HYBRIDLM_INLINE void rows_accumulate(const float* const (&p)[R], size_t sp, const float* rows,
+                                                     size_t ld, int n, __m512 (&a)[R][PV]) {
   for (int k = 0; k < n; ++k) {
-    const __m512 w0 = _mm512_set1_ps(p0[k * sp]), w1 = _mm512_set1_ps(p1[k * sp]);
-    const float* r = rows + k * ld;
+    __m512 w[R];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) w[r] = _mm512_set1_ps(p[r][k * sp]);
+    const float* row = rows + k * ld;
 #pragma GCC unroll 8
     for (int v = 0; v < PV; ++v) {
-      const __m512 rv = _mm512_loadu_ps(r + 16 * v);
-      a0[v] = _mm512_fmadd_ps(w0, rv, a0[v]);
-      a1[v] = _mm512_fmadd_ps(w1, rv, a1[v]);
+      const __m512 rv = _mm512_loadu_ps(row + 16 * v);
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) a[r][v] = _mm512_fmadd_ps(w[r], rv, a[r][v]);
     }
   }
 }
@@ -71,8 +75,8 @@ struct HeadScratch {
 };
 
 // One head over all chunks. PV = head_dim / 16 vectors per row; rows of y and of the state are
-// computed two at a time (2 x PV accumulators).
-template <int PV>
+// computed R at a time (R x PV accumulators).
+template <int PV, int R = (PV <= 4 ? 4 : 2)>
 HYBRIDLM_AVX512 void ssd_head(const float* x, int ld_x, const float* dt, float A, const float* B, const float* C,
                               int ld_bc, float Dh, int nh, int h, int g, int N, int chunk, const float* cb_all,
                               float* Sh, int T, float* y, HeadScratch& hs) {
@@ -121,53 +125,70 @@ HYBRIDLM_AVX512 void ssd_head(const float* x, int ld_x, const float* dt, float A
       for (int v = 0; v < PV; ++v)
         _mm512_storeu_ps(xw + j * P + 16 * v, _mm512_mul_ps(wj, _mm512_loadu_ps(xc + static_cast<size_t>(j) * ld_x + 16 * v)));
     }
-    // y rows i, i + 1 (the second clamped to the chunk and not stored past it).
-    for (int i = 0; i < Q; i += 2) {
-      const int i1 = std::min(i + 1, Q - 1);
-      const float* C0 = Cg + static_cast<size_t>(c0 + i) * ld_bc;
-      const float* C1 = Cg + static_cast<size_t>(c0 + i1) * ld_bc;
-      __m512 a0[PV], a1[PV];
-#pragma GCC unroll 8
-      for (int v = 0; v < PV; ++v) a0[v] = a1[v] = _mm512_setzero_ps();
-      two_rows_accumulate<PV>(C0, C1, 1, st, P, N, a0, a1);  // C_i S^T
-      const __m512 e0 = _mm512_set1_ps(e[i]), e1 = _mm512_set1_ps(e[i1]);
-#pragma GCC unroll 8
-      for (int v = 0; v < PV; ++v) a0[v] = _mm512_mul_ps(a0[v], e0), a1[v] = _mm512_mul_ps(a1[v], e1);
-      const float *L0 = L + i * kQ, *L1 = L + i1 * kQ;
-      two_rows_accumulate<PV>(L0, L1, 1, xc, ld_x, i + 1, a0, a1);  // sum_j L[i, j] x_j
-      if (i1 > i) {  // row i1's own token, kept out of row i (0 * inf would be NaN there)
-        const __m512 l1 = _mm512_set1_ps(L1[i1]);
-        const float* xj = xc + static_cast<size_t>(i1) * ld_x;
-#pragma GCC unroll 8
-        for (int v = 0; v < PV; ++v) a1[v] = _mm512_fmadd_ps(l1, _mm512_loadu_ps(xj + 16 * v), a1[v]);
+    // y rows i .. i + R - 1 (the ones past the chunk clamped to its last row and not stored).
+    for (int i = 0; i < Q; i += R) {
+      int ir[R];
+      const float *Cr[R], *Lr[R];
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        ir[r] = std::min(i + r, Q - 1);
+        Cr[r] = Cg + static_cast<size_t>(c0 + ir[r]) * ld_bc;
+        Lr[r] = L + ir[r] * kQ;
       }
-      const __m512 dv = _mm512_set1_ps(Dh);
-      const float *x0 = xc + static_cast<size_t>(i) * ld_x, *x1 = xc + static_cast<size_t>(i1) * ld_x;
-      float* y0 = y + (static_cast<size_t>(c0 + i) * nh + h) * P;
-      float* y1 = y + (static_cast<size_t>(c0 + i1) * nh + h) * P;
+      __m512 a[R][PV];
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r)
 #pragma GCC unroll 8
-      for (int v = 0; v < PV; ++v) {
-        _mm512_storeu_ps(y0 + 16 * v, _mm512_fmadd_ps(dv, _mm512_loadu_ps(x0 + 16 * v), a0[v]));
-        if (i + 1 < Q) _mm512_storeu_ps(y1 + 16 * v, _mm512_fmadd_ps(dv, _mm512_loadu_ps(x1 + 16 * v), a1[v]));
+        for (int v = 0; v < PV; ++v) a[r][v] = _mm512_setzero_ps();
+      rows_accumulate<R, PV>(Cr, 1, st, P, N, a);  // C_i S^T
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        const __m512 er = _mm512_set1_ps(e[ir[r]]);
+#pragma GCC unroll 8
+        for (int v = 0; v < PV; ++v) a[r][v] = _mm512_mul_ps(a[r][v], er);
+      }
+      rows_accumulate<R, PV>(Lr, 1, xc, ld_x, i + 1, a);  // sum_{j <= i} L[i + r, j] x_j
+      // Each later row's own tokens j in (i, i + r], kept out of the rows before it (0 * inf
+      // would be NaN there).
+#pragma GCC unroll 4
+      for (int r = 1; r < R; ++r)
+        for (int j = i + 1; j <= ir[r]; ++j) {
+          const __m512 l = _mm512_set1_ps(Lr[r][j]);
+          const float* xj = xc + static_cast<size_t>(j) * ld_x;
+#pragma GCC unroll 8
+          for (int v = 0; v < PV; ++v) a[r][v] = _mm512_fmadd_ps(l, _mm512_loadu_ps(xj + 16 * v), a[r][v]);
+        }
+      const __m512 dv = _mm512_set1_ps(Dh);
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        if (i + r >= Q) break;
+        const float* xr = xc + static_cast<size_t>(i + r) * ld_x;
+        float* yr = y + (static_cast<size_t>(c0 + i + r) * nh + h) * P;
+#pragma GCC unroll 8
+        for (int v = 0; v < PV; ++v) _mm512_storeu_ps(yr + 16 * v, _mm512_fmadd_ps(dv, _mm512_loadu_ps(xr + 16 * v), a[r][v]));
       }
     }
-    // State rows n, n + 1 of the transposed state.
+    // State rows n .. n + R - 1 of the transposed state.
     const __m512 el = _mm512_set1_ps(e_last);
-    for (int n = 0; n < N; n += 2) {
-      const int n1 = std::min(n + 1, N - 1);
-      float *s0 = st + n * P, *s1 = st + n1 * P;
-      __m512 a0[PV], a1[PV];
+    const float* Bc = Bg + static_cast<size_t>(c0) * ld_bc;
+    for (int n = 0; n < N; n += R) {
+      float* sr[R];
+      const float* Br[R];
+      __m512 a[R][PV];
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        const int nr = std::min(n + r, N - 1);
+        sr[r] = st + nr * P;
+        Br[r] = Bc + nr;
 #pragma GCC unroll 8
-      for (int v = 0; v < PV; ++v) {
-        a0[v] = _mm512_mul_ps(el, _mm512_loadu_ps(s0 + 16 * v));
-        a1[v] = _mm512_mul_ps(el, _mm512_loadu_ps(s1 + 16 * v));
+        for (int v = 0; v < PV; ++v) a[r][v] = _mm512_mul_ps(el, _mm512_loadu_ps(sr[r] + 16 * v));
       }
-      const float* Bc = Bg + static_cast<size_t>(c0) * ld_bc;
-      two_rows_accumulate<PV>(Bc + n, Bc + n1, ld_bc, xw, P, Q, a0, a1);  // sum_j B_j[n] w_j x_j
+      rows_accumulate<R, PV>(Br, ld_bc, xw, P, Q, a);  // sum_j B_j[n] w_j x_j
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        if (n + r >= N) break;  // a clamped copy of row N - 1
 #pragma GCC unroll 8
-      for (int v = 0; v < PV; ++v) {
-        if (n + 1 < N) _mm512_storeu_ps(s1 + 16 * v, a1[v]);
-        _mm512_storeu_ps(s0 + 16 * v, a0[v]);
+        for (int v = 0; v < PV; ++v) _mm512_storeu_ps(sr[r] + 16 * v, a[r][v]);
       }
     }
   }

@@ -15,8 +15,9 @@ struct SeqRun {
   int len = 0;          // number of tokens
   int pos0 = 0;         // tokens the sequence held before this run (position of its first token)
   float* conv_state = nullptr;  // (K-1, conv channels) of this sequence for this layer
-  float* ssm_state = nullptr;   // the layer's SSM state of this sequence, or null when:
-  uint16_t* ssm_state_bf16 = nullptr;  // decode with bf16 state storage: the state itself, updated in place
+  float* ssm_state = nullptr;   // the layer's SSM state of this sequence (f32), null when
+  // ssm_state_bf16 is set: a decode step with bf16 storage, the stored state itself, updated in place.
+  uint16_t* ssm_state_bf16 = nullptr;
   PagedKv kv;                   // attention layers: the sequence's KV pages, room made for len more
 };
 
