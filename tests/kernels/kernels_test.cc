@@ -414,14 +414,22 @@ TEST_F(Kernels, SsdEarlierOutputsIgnoreLaterTokens) {
   }
 }
 
+// The inputs of one decode step: row = [x (nh*P) | B (G*N) | C (G*N)], dt, A and D per head.
+struct StepInputs {
+  std::vector<float> row, dt, A, D;
+};
+StepInputs step_inputs(const SsdDims& dm, uint32_t seed) {
+  const int nhP = dm.n_heads * dm.head_dim, GN = dm.n_groups * dm.d_state;
+  return {randn(nhP + 2 * GN, seed), uniform(dm.n_heads, seed + 1, 0.001f, 0.3f),
+          uniform(dm.n_heads, seed + 2, -4.0f, -0.2f), randn(dm.n_heads, seed + 3)};
+}
+const SsdDims kStepShapes[] = {{4, 8, 1, 16}, {8, 4, 2, 12}, {24, 64, 1, 128}};
+
 TEST_F(Kernels, SsdStepMatchesRefAndTheSequentialRecurrence) {
-  const SsdDims shapes[] = {{4, 8, 1, 16}, {8, 4, 2, 12}, {24, 64, 1, 128}};
-  for (const SsdDims& dm : shapes) {
+  for (const SsdDims& dm : kStepShapes) {
     SCOPED_TRACE("nh=" + std::to_string(dm.n_heads) + " N=" + std::to_string(dm.d_state));
     const int nhP = dm.n_heads * dm.head_dim, GN = dm.n_groups * dm.d_state;
-    auto row = randn(nhP + 2 * GN, 40);
-    auto dt = uniform(dm.n_heads, 41, 0.001f, 0.3f);
-    auto A = uniform(dm.n_heads, 42, -4.0f, -0.2f), D = randn(dm.n_heads, 43);
+    auto [row, dt, A, D] = step_inputs(dm, 40);
     const size_t sn = static_cast<size_t>(nhP) * dm.d_state;
     auto S0 = randn(sn, 44, 0.5f);
     std::vector<double> Sd(S0.begin(), S0.end()), yd;
@@ -458,13 +466,10 @@ std::vector<float> from_bf16(const std::vector<uint16_t>& v) {
 constexpr double kBf16Rounding = 1.0 / 256;
 
 TEST_F(Kernels, SsdStepOnBf16StateIsTheF32StepRounded) {
-  const SsdDims shapes[] = {{4, 8, 1, 16}, {8, 4, 2, 12}, {24, 64, 1, 128}};
-  for (const SsdDims& dm : shapes) {
+  for (const SsdDims& dm : kStepShapes) {
     SCOPED_TRACE("nh=" + std::to_string(dm.n_heads) + " N=" + std::to_string(dm.d_state));
     const int nhP = dm.n_heads * dm.head_dim, GN = dm.n_groups * dm.d_state;
-    auto row = randn(nhP + 2 * GN, 46);
-    auto dt = uniform(dm.n_heads, 47, 0.001f, 0.3f);
-    auto A = uniform(dm.n_heads, 48, -4.0f, -0.2f), D = randn(dm.n_heads, 49);
+    auto [row, dt, A, D] = step_inputs(dm, 46);
     const size_t sn = static_cast<size_t>(nhP) * dm.d_state;
     const std::vector<uint16_t> S0 = to_bf16(randn(sn, 50, 0.5f));
     auto staged = from_bf16(S0);
