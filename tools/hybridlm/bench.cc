@@ -75,15 +75,22 @@ __attribute__((target("avx512f,fma"))) float fma_loop_avx512(long iters) {
   return _mm512_reduce_add_ps(s);
 }
 
-double fma_peak_gflops(ThreadPool& pool) {
-  if (cpu::simd_path() != cpu::SimdPath::Avx512) return 0;  // only measured where the kernels use it
+// Ops per second of `loop(iters)` run once on every thread of the pool (each doing ops_per_iter
+// operations per iteration), in billions.
+template <class Loop>
+double per_thread_peak(ThreadPool& pool, Loop loop, double ops_per_iter) {
   const long iters = 20'000'000;
-  std::vector<float> sink(static_cast<size_t>(pool.size()));
+  std::vector<double> sink(static_cast<size_t>(pool.size()));  // keeps the loops' results alive
   const auto t0 = Clock::now();
   pool.parallel_for(static_cast<size_t>(pool.size()), [&](size_t b, size_t e) {
-    for (size_t i = b; i < e; ++i) sink[i] = fma_loop_avx512(iters);
+    for (size_t i = b; i < e; ++i) sink[i] = loop(iters);
   });
-  return static_cast<double>(pool.size()) * iters * 16 * 16 * 2 / seconds_since(t0) / 1e9;
+  return static_cast<double>(pool.size()) * iters * ops_per_iter / seconds_since(t0) / 1e9;
+}
+
+double fma_peak_gflops(ThreadPool& pool) {
+  if (cpu::simd_path() != cpu::SimdPath::Avx512) return 0;  // only measured where the kernels use it
+  return per_thread_peak(pool, fma_loop_avx512, 16 * 16 * 2);
 }
 
 // Int8 peak (AVX512_VNNI): 12 independent vpdpbusd chains per thread, 64 multiply-adds (128 ops)
@@ -106,13 +113,7 @@ __attribute__((target("avx512f,avx512vnni"))) int vnni_loop(long iters) {
 
 double vnni_peak_gops(ThreadPool& pool) {
   if (cpu::simd_path() != cpu::SimdPath::Avx512 || !cpu::has_avx512_vnni()) return 0;
-  const long iters = 20'000'000;
-  std::vector<int> sink(static_cast<size_t>(pool.size()));
-  const auto t0 = Clock::now();
-  pool.parallel_for(static_cast<size_t>(pool.size()), [&](size_t b, size_t e) {
-    for (size_t i = b; i < e; ++i) sink[i] = vnni_loop(iters);
-  });
-  return static_cast<double>(pool.size()) * iters * 12 * 64 * 2 / seconds_since(t0) / 1e9;
+  return per_thread_peak(pool, vnni_loop, 12 * 64 * 2);
 }
 
 struct Row {
