@@ -368,7 +368,7 @@ void HybridCache::load_state(std::span<const BatchRun> runs, int layer, ThreadPo
   const LayerStateSpec& spec = layers_[layer].state;
   ssm_in_place_ = bf16_in_place && states_.dtype() == DType::BF16 && spec.ssm_elems > 0 &&
                   std::all_of(runs.begin(), runs.end(), [](const BatchRun& r) { return r.len == 1; });
-  const size_t n = ssm_in_place_ ? spec.conv_elems() : spec.elems();
+  const size_t n = staged_elems(layer);
   staging_.resize(runs.size() * n);
   std::fill(staged_at_.begin(), staged_at_.end(), -1);
   for (size_t i = 0; i < runs.size(); ++i) staged_at_[runs[i].seq] = static_cast<int>(i);
@@ -376,13 +376,17 @@ void HybridCache::load_state(std::span<const BatchRun> runs, int layer, ThreadPo
     states_.read_layer_range(runs[i].seq, layer, b, e, staging_.data() + i * n + b);
   });
   staged_layer_ = layer;
-  staged_elems_ = n;
+}
+
+size_t HybridCache::staged_elems(int layer) const {
+  const LayerStateSpec& spec = layers_[layer].state;
+  return ssm_in_place_ ? spec.conv_elems() : spec.elems();
 }
 
 void HybridCache::store_state(std::span<const BatchRun> runs, int layer, ThreadPool* pool) {
   if (states_.dtype() == DType::F32 || !layers_[layer].has_state()) return;
   check(staged_layer_ == layer, "store_state of layer " + std::to_string(layer) + " without its load_state");
-  const size_t n = staged_elems_;
+  const size_t n = staged_elems(layer);
   for_state_elements(pool, runs.size(), n, [&](size_t i, size_t b, size_t e) {
     const BatchRun& r = runs[i];
     states_.write_layer_range(r.seq, layer, b, e, staging_.data() + static_cast<size_t>(staged_at_[r.seq]) * n + b);
@@ -395,7 +399,7 @@ float* HybridCache::conv_state(int seq, int layer) {
   if (states_.dtype() == DType::F32) return states_.conv_state(seq, layer);
   check(staged_layer_ == layer && staged_at_.at(static_cast<size_t>(seq)) >= 0,
         "state of layer " + std::to_string(layer) + " was not loaded for sequence " + std::to_string(seq));
-  return staging_.data() + static_cast<size_t>(staged_at_[seq]) * staged_elems_;
+  return staging_.data() + static_cast<size_t>(staged_at_[seq]) * staged_elems(layer);
 }
 
 float* HybridCache::ssm_state(int seq, int layer) {

@@ -159,7 +159,8 @@ class HybridCache {
   std::vector<float> staging_;       // 16-bit storage: one layer of the loaded sequences, f32
   std::vector<int> staged_at_;       // per seq: index into staging_ (in layer states), or -1
   int staged_layer_ = -1;
-  size_t staged_elems_ = 0;          // per staged sequence: the whole layer state, or its conv state
+  // Floats staged per sequence for the staged layer: its whole state, or its conv state only.
+  size_t staged_elems(int layer) const;
   bool ssm_in_place_ = false;        // the staged layer's SSM states were left in bf16 storage
   std::shared_ptr<KvPagePool> pages_;
   std::vector<Seq> seqs_;  // indexed by seq id (= state slot)

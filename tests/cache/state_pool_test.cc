@@ -47,7 +47,8 @@ TEST(StatePool, SixteenBitStorageHalvesTheSlotAndRoundsOnWrite) {
     const int a = pool.acquire(), b = pool.acquire();
     std::vector<float> in(70), out(70, -1.0f);
     for (size_t i = 0; i < in.size(); ++i) in[i] = 0.1f * static_cast<float>(i) - 2.0f;
-    // Ties (round to even), NaN, infinities, the largest float.
+    // The pool stores through the dtype conversions (their bits, ties included, are pinned in
+    // kernels_test's Dtype test): ties, NaN, infinities, the largest float.
     in[3] = 1.0f + 0x1p-8f, in[4] = 1.0f + 3 * 0x1p-8f, in[5] = std::nanf(""), in[6] = -INFINITY, in[7] = 3.4e38f;
     pool.write_layer(a, 0, in.data());
     pool.read_layer(a, 0, out.data());

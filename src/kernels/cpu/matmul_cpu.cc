@@ -317,8 +317,7 @@ HYBRIDLM_VNNI void q8_tile_vnni(const WeightView& W, const float* bias, const Q8
   }
 #pragma GCC unroll 2
   for (int p = 0; p < NP; ++p) {
-    const int r0 = (p0 + p) * kQ8PanelRows, rows = std::min(kQ8PanelRows, W.rows - r0);
-    if (rows <= 0) break;
+    const int r0 = (p0 + p) * kQ8PanelRows, rows = std::min(kQ8PanelRows, W.rows - r0);  // >= 1: panels hold rows
     const __mmask16 m = static_cast<__mmask16>((1u << rows) - 1);
     const __m512 bv = bias ? _mm512_maskz_loadu_ps(m, bias + r0) : _mm512_setzero_ps();
 #pragma GCC unroll 8

@@ -1,4 +1,4 @@
-// Mamba-2 chunked SSD on the AVX-512 path, for head_dim a multiple of 16 (at most 128) and
+// Mamba-2 chunked SSD on the AVX-512 path, for head_dim 16, 32, 64 or 128 and
 // chunks of at most 64 tokens (the decode step is in ssm_step_avx512.cc). The same formulas as
 // the portable kernel in ssm_cpu.cc (see ref/ops_ref.cc), as small matrix products with register
 // tiles:

@@ -242,7 +242,7 @@ HYBRIDLM_INLINE void ssd_step_heads(const float* x, const float* dt, const float
     }
   }
 }
-HYBRIDLM_SIMD_VARIANTS(ssd_step, ssd_step_heads)
+HYBRIDLM_SIMD_VARIANTS(ssd_step_loops, ssd_step_heads)  // not ssd_step_avx512: that is the intrinsics kernel
 
 
 }  // namespace
@@ -269,22 +269,28 @@ void conv1d_causal(const KernelContext& ctx, const float* x, int ld_x, const flo
   });
 }
 
-void mamba1_scan(const KernelContext& ctx, const float* x, int ld_x, const float* dt,
-                 const float* A, const float* B, const float* C, int ld_bc, const float* D,
-                 const float* z, int ld_z, float* h, int T, int I, int N, float* y) {
+namespace {
+// Both state types (f32, bf16 stored and updated in place) through the same kernels.
+template <class St>
+void m1_scan(const KernelContext& ctx, const float* x, int ld_x, const float* dt, const float* A, const float* B,
+             const float* C, int ld_bc, const float* D, const float* z, int ld_z, St* h, int T, int I, int N,
+             float* y) {
   if (T == 1 && simd_path() == SimdPath::Avx512 && mamba1_step_avx512(ctx, x, dt, A, B, C, D, z, h, I, N, y)) return;
   parallel(ctx, I, 16, [&](size_t b, size_t e) {
     m1_dispatch(x, ld_x, dt, A, B, C, ld_bc, D, z, ld_z, h, T, I, N, y, b, e);
   });
 }
+}  // namespace
 
-void mamba1_scan_bf16(const KernelContext& ctx, const float* x, int ld_x, const float* dt,
-                      const float* A, const float* B, const float* C, int ld_bc, const float* D,
-                      const float* z, int ld_z, uint16_t* h, int T, int I, int N, float* y) {
-  if (T == 1 && simd_path() == SimdPath::Avx512 && mamba1_step_avx512(ctx, x, dt, A, B, C, D, z, h, I, N, y)) return;
-  parallel(ctx, I, 16, [&](size_t b, size_t e) {
-    m1_dispatch(x, ld_x, dt, A, B, C, ld_bc, D, z, ld_z, h, T, I, N, y, b, e);
-  });
+void mamba1_scan(const KernelContext& ctx, const float* x, int ld_x, const float* dt,
+                 const float* A, const float* B, const float* C, int ld_bc, const float* D,
+                 const float* z, int ld_z, float* h, int T, int I, int N, float* y) {
+  m1_scan(ctx, x, ld_x, dt, A, B, C, ld_bc, D, z, ld_z, h, T, I, N, y);
+}
+void mamba1_scan(const KernelContext& ctx, const float* x, int ld_x, const float* dt,
+                 const float* A, const float* B, const float* C, int ld_bc, const float* D,
+                 const float* z, int ld_z, uint16_t* h, int T, int I, int N, float* y) {
+  m1_scan(ctx, x, ld_x, dt, A, B, C, ld_bc, D, z, ld_z, h, T, I, N, y);
 }
 
 void ssd_scan(const KernelContext& ctx, const float* x, int ld_x, const float* dt,
@@ -298,20 +304,24 @@ void ssd_scan(const KernelContext& ctx, const float* x, int ld_x, const float* d
   });
 }
 
-void ssd_step(const KernelContext& ctx, const float* x, const float* dt, const float* A, const float* B,
-              const float* C, const float* D, const SsdDims& dims, float* S, float* y) {
+namespace {
+template <class St>
+void step_any(const KernelContext& ctx, const float* x, const float* dt, const float* A, const float* B, const float* C,
+          const float* D, const SsdDims& dims, St* S, float* y) {
   if (simd_path() == SimdPath::Avx512 && ssd_step_avx512(ctx, x, dt, A, B, C, D, dims, S, y)) return;
   parallel(ctx, dims.n_heads, 4, [&](size_t b, size_t e) {
-    ssd_step_dispatch(x, dt, A, B, C, D, dims, S, y, b, e);
+    ssd_step_loops_dispatch(x, dt, A, B, C, D, dims, S, y, b, e);
   });
 }
+}  // namespace
 
-void ssd_step_bf16(const KernelContext& ctx, const float* x, const float* dt, const float* A, const float* B,
-                   const float* C, const float* D, const SsdDims& dims, uint16_t* S, float* y) {
-  if (simd_path() == SimdPath::Avx512 && ssd_step_avx512(ctx, x, dt, A, B, C, D, dims, S, y)) return;
-  parallel(ctx, dims.n_heads, 4, [&](size_t b, size_t e) {
-    ssd_step_dispatch(x, dt, A, B, C, D, dims, S, y, b, e);
-  });
+void ssd_step(const KernelContext& ctx, const float* x, const float* dt, const float* A, const float* B,
+              const float* C, const float* D, const SsdDims& dims, float* S, float* y) {
+  step_any(ctx, x, dt, A, B, C, D, dims, S, y);
+}
+void ssd_step(const KernelContext& ctx, const float* x, const float* dt, const float* A, const float* B,
+              const float* C, const float* D, const SsdDims& dims, uint16_t* S, float* y) {
+  step_any(ctx, x, dt, A, B, C, D, dims, S, y);
 }
 
 void softplus(const KernelContext& ctx, float* x, size_t n) {

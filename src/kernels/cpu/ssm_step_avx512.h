@@ -8,7 +8,7 @@
 
 namespace hybridlm::cpu {
 
-// cpu::ssd_step's contract (S f32) and cpu::ssd_step_bf16's (S bf16, rounded to nearest even on
+// cpu::ssd_step's contract, S f32 or bf16 (bf16 rounded to nearest even on
 // the way out), the two bitwise alike up to that rounding. Returns false, having done nothing,
 // unless d_state is a multiple of 16 and head_dim of 4.
 bool ssd_step_avx512(const KernelContext& ctx, const float* x, const float* dt, const float* A, const float* B,
@@ -16,7 +16,7 @@ bool ssd_step_avx512(const KernelContext& ctx, const float* x, const float* dt, 
 bool ssd_step_avx512(const KernelContext& ctx, const float* x, const float* dt, const float* A, const float* B,
                      const float* C, const float* D, const SsdDims& dims, uint16_t* S, float* y);
 
-// cpu::mamba1_scan's contract for T = 1 (h f32) and cpu::mamba1_scan_bf16's (h bf16), alike up to
+// cpu::mamba1_scan's contract for T = 1, h f32 or bf16, alike up to
 // the rounding. Returns false, having done nothing, unless d_state is a multiple of 16.
 bool mamba1_step_avx512(const KernelContext& ctx, const float* x, const float* dt, const float* A, const float* B,
                         const float* C, const float* D, const float* z, float* h, int I, int N, float* y);

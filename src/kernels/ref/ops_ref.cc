@@ -219,16 +219,16 @@ void round_bf16(const std::vector<float>& v, uint16_t* out) {
 }
 }  // namespace
 
-void ssd_step_bf16(const KernelContext& ctx, const float* x, const float* dt, const float* A, const float* B,
-                   const float* C, const float* D, const SsdDims& dims, uint16_t* S, float* y) {
+void ssd_step(const KernelContext& ctx, const float* x, const float* dt, const float* A, const float* B,
+              const float* C, const float* D, const SsdDims& dims, uint16_t* S, float* y) {
   std::vector<float> s = widen_bf16(S, static_cast<size_t>(dims.n_heads) * dims.head_dim * dims.d_state);
   ssd_step(ctx, x, dt, A, B, C, D, dims, s.data(), y);
   round_bf16(s, S);
 }
 
-void mamba1_scan_bf16(const KernelContext& ctx, const float* x, int ld_x, const float* dt,
-                      const float* A, const float* B, const float* C, int ld_bc, const float* D,
-                      const float* z, int ld_z, uint16_t* h, int T, int I, int N, float* y) {
+void mamba1_scan(const KernelContext& ctx, const float* x, int ld_x, const float* dt,
+                 const float* A, const float* B, const float* C, int ld_bc, const float* D,
+                 const float* z, int ld_z, uint16_t* h, int T, int I, int N, float* y) {
   std::vector<float> s = widen_bf16(h, static_cast<size_t>(I) * N);
   mamba1_scan(ctx, x, ld_x, dt, A, B, C, ld_bc, D, z, ld_z, s.data(), T, I, N, y);
   round_bf16(s, h);

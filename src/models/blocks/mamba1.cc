@@ -70,14 +70,12 @@ void mamba1_forward(const KernelContext& ctx, const Mamba1Spec& s, const Mamba1W
   for_each_run(ctx, runs, [&](const KernelContext& c, const SeqRun& r) {
     const size_t o = static_cast<size_t>(r.start);
     const float* dbc = sc.xdbc.data() + o * ld_dbc;
-    if (r.ssm_state_bf16)
-      cpu::mamba1_scan_bf16(c, sc.xc.data() + o * I, I, sc.dt.data() + o * I, w.A.data(), dbc + R, dbc + R + N,
-                            ld_dbc, w.D.data(), sc.xz.data() + o * 2 * I + I, 2 * I, r.ssm_state_bf16, r.len, I,
-                            N, sc.y.data() + o * I);
-    else
-      cpu::mamba1_scan(c, sc.xc.data() + o * I, I, sc.dt.data() + o * I, w.A.data(), dbc + R, dbc + R + N,
-                       ld_dbc, w.D.data(), sc.xz.data() + o * 2 * I + I, 2 * I, r.ssm_state, r.len, I, N,
-                       sc.y.data() + o * I);
+    auto scan = [&](auto* h) {  // the state as stored: f32, or bf16 updated in place
+      cpu::mamba1_scan(c, sc.xc.data() + o * I, I, sc.dt.data() + o * I, w.A.data(), dbc + R, dbc + R + N, ld_dbc,
+                       w.D.data(), sc.xz.data() + o * 2 * I + I, 2 * I, h, r.len, I, N, sc.y.data() + o * I);
+    };
+    if (r.ssm_state_bf16) scan(r.ssm_state_bf16);
+    else scan(r.ssm_state);
   });
   // out: (T, H) = y @ out_proj^T
   cpu::matmul(ctx, w.out_proj.view(), data_or_null(w.out_proj_bias), sc.y.data(), T, out);

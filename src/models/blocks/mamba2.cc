@@ -91,12 +91,12 @@ void mamba2_forward(const KernelContext& ctx, const Mamba2Spec& s, const Mamba2W
     const size_t o = static_cast<size_t>(r.start);
     const float* xr = sc.xbc.data() + o * conv_dim;
     if (r.len == 1) {  // decode: the plain recurrence
-      if (r.ssm_state_bf16)
-        cpu::ssd_step_bf16(c, xr, sc.dt.data() + o * nh, w.A.data(), xr + I, xr + I + G * N, w.D.data(), dims,
-                           r.ssm_state_bf16, sc.y.data() + o * I);
-      else
-        cpu::ssd_step(c, xr, sc.dt.data() + o * nh, w.A.data(), xr + I, xr + I + G * N, w.D.data(), dims,
-                      r.ssm_state, sc.y.data() + o * I);
+      auto step = [&](auto* S) {  // the state as stored: f32, or bf16 updated in place
+        cpu::ssd_step(c, xr, sc.dt.data() + o * nh, w.A.data(), xr + I, xr + I + G * N, w.D.data(), dims, S,
+                      sc.y.data() + o * I);
+      };
+      if (r.ssm_state_bf16) step(r.ssm_state_bf16);
+      else step(r.ssm_state);
       return;
     }
     cpu::ssd_scan(c, xr, conv_dim, sc.dt.data() + o * nh, w.A.data(), xr + I, xr + I + G * N, conv_dim,

@@ -27,7 +27,8 @@ struct SeqRun {
 // interact, so the results are the same either way.
 template <class Fn>
 void for_each_run(const KernelContext& ctx, std::span<const SeqRun> runs, Fn&& fn) {
-  const bool by_sequence = ctx.pool && ctx.pool->size() > 1 && runs.size() > 1 &&
+  // (Only with at least one sequence per thread: fewer would leave threads idle.)
+  const bool by_sequence = ctx.pool && ctx.pool->size() > 1 && runs.size() >= static_cast<size_t>(ctx.pool->size()) &&
                            std::all_of(runs.begin(), runs.end(), [](const SeqRun& r) { return r.len == 1; });
   if (!by_sequence) {
     for (const SeqRun& r : runs) fn(ctx, r);
