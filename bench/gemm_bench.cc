@@ -1,12 +1,14 @@
-// The prefill projections as GEMMs: hybridlm's matmul (the outer-product GEMM and, as the
-// baseline measured in the same run, the dot-product tiles it replaced) against OpenBLAS
+// The prefill projections as GEMMs: hybridlm's matmul (the outer-product GEMM on lane panels, on
+// row-major weights and, as the baseline measured in the same run, the dot-product tiles it
+// replaced) against OpenBLAS
 // cblas_sgemm and oneDNN dnnl_sgemm where the build found them. Shapes are the in/out/x/dt
 // projections of the four checkpoint presets; T tokens per call (default 512, as pp512).
 //
 //   build/bench_gemm [-T 512] [-t 2] [-r 5]
 //
-// Prints GFLOP/s per shape and implementation, best of -r calls after a warm-up, and each
-// against the FP32 FMA peak measured in the same process. Speed only: never run by ctest.
+// Prints GFLOP/s per shape and implementation, best of -r calls after a warm-up, each against
+// the FP32 FMA peak measured in the same process, and the f32 weights' bytes per second (the
+// decode figure at -T 1: the weights leave the caches between calls only when they outgrow them). Speed only: never run by ctest.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -151,14 +153,20 @@ int main(int argc, char** argv) {
     std::function<void(const Shape&, const float* x, const float* w, const WeightView& W, float* y)> run;
   };
   std::vector<Impl> impls;
-  impls.push_back({"hybridlm GEMM", [&](const Shape&, const float* x, const float*, const WeightView& W, float* y) {
-                     hybridlm::cpu::matmul(ctx, W, nullptr, x, T, y);
+  impls.push_back({"hybridlm GEMM, lane panels", [&](const Shape&, const float* x, const float*, const WeightView& W,
+                                                       float* y) { hybridlm::cpu::matmul(ctx, W, nullptr, x, T, y); }});
+  // Row-major weights (as mapped from a checkpoint): from 64 tokens on the GEMM packs each panel per
+  // call; below, the dot-product tiles.
+  impls.push_back({"hybridlm row-major", [&](const Shape& s, const float* x, const float* w, const WeightView&,
+                                               float* y) {
+                     hybridlm::cpu::matmul(ctx, WeightView{DType::F32, w, s.N, s.K}, nullptr, x, T, y);
                    }});
-  impls.push_back({"hybridlm dot tiles (before)", [&](const Shape& s, const float* x, const float*,
-                                                        const WeightView& W, float* y) {
+  impls.push_back({"hybridlm dot tiles", [&](const Shape& s, const float* x, const float* w, const WeightView&,
+                                               float* y) {
                      // Calls of fewer tokens than the GEMM threshold run the 4x4 dot-product tiles.
                      for (int t0 = 0; t0 < T; t0 += 12)
-                       hybridlm::cpu::matmul(ctx, W, nullptr, x + static_cast<size_t>(t0) * s.K, std::min(12, T - t0),
+                       hybridlm::cpu::matmul(ctx, WeightView{DType::F32, w, s.N, s.K}, nullptr,
+                                             x + static_cast<size_t>(t0) * s.K, std::min(12, T - t0),
                                              y + static_cast<size_t>(t0) * s.N);
                    }});
 #ifdef HYBRIDLM_BENCH_OPENBLAS
@@ -190,6 +198,7 @@ int main(int argc, char** argv) {
   // One implementation at a time over every shape (another library's idle threads would spin
   // beside ours), then the table by shape.
   std::vector<std::vector<double>> gflops(n_shapes, std::vector<double>(impls.size()));
+  std::vector<std::vector<double>> gbs(n_shapes, std::vector<double>(impls.size()));  // f32 weight bytes read
   std::vector<std::vector<double>> diff(n_shapes, std::vector<double>(impls.size()));
   for (size_t m = 0; m < impls.size(); ++m)
     for (size_t i = 0; i < n_shapes; ++i) {
@@ -198,13 +207,16 @@ int main(int argc, char** argv) {
       std::vector<float> y(static_cast<size_t>(T) * s.N, 0.0f);
       const double sec = best_seconds(reps, [&] { impls[m].run(s, xs[i].data(), ws[i].data(), W, y.data()); });
       gflops[i][m] = 2.0 * T * s.K * s.N / sec / 1e9;
+      gbs[i][m] = 4.0 * s.K * s.N / sec / 1e9;
       if (m == 0) first[i] = y;
       diff[i][m] = max_rel_diff(y, first[i]);
     }
-  std::printf("| projection | K -> N | impl | GFLOP/s | of peak | max rel diff vs first |\n|---|---|---|---|---|---|\n");
+  std::printf(
+      "| projection | K -> N | impl | GFLOP/s | of peak | weight GB/s | max rel diff vs first |\n"
+      "|---|---|---|---|---|---|---|\n");
   for (size_t i = 0; i < n_shapes; ++i)
     for (size_t m = 0; m < impls.size(); ++m)
-      std::printf("| %s | %d -> %d | %s | %.1f | %.0f%% | %.1e |\n", shapes[i].where, shapes[i].K, shapes[i].N,
-                  impls[m].name, gflops[i][m], 100.0 * gflops[i][m] / peak, diff[i][m]);
+      std::printf("| %s | %d -> %d | %s | %.1f | %.0f%% | %.1f | %.1e |\n", shapes[i].where, shapes[i].K, shapes[i].N,
+                  impls[m].name, gflops[i][m], 100.0 * gflops[i][m] / peak, gbs[i][m], diff[i][m]);
   return 0;
 }

@@ -24,27 +24,33 @@ struct KernelContext {
 // matmul quantizes each activation row to q8_0 too and sums integer block products (as llama.cpp's
 // q8_0 x q8_0 dot): y = sum over blocks of (sum_i qw_i qx_i) * dw * dx.
 // f32 and bf16 weights come row-major (as mapped from the checkpoint) or, when copied at load, in
-// panels of 8 rows (`panels`): element (r, k) at panel_index(r, k, cols), i.e. per chunk of 16
-// columns the 8 rows' 16 values one after another, rows padded with zeros to a multiple of 8 and
-// columns to a multiple of 16. A decode tile of 8 rows then streams one contiguous run of memory
-// instead of 8 short rows (the hardware prefetcher ramps up on neither: 2x on K = 768 in bf16).
+// lane panels (`panels`), the order in which the AVX-512 GEMM tiles read them: rows in panels of
+// 32 (padded with zero rows); inside a panel, the 32 rows' values of one column are contiguous,
+// columns ordered by lane group g = (k % 16) / 4, then chunk j = k / 16, then lane k % 4: element
+// (r, k) at panel_index(r, k, cols), columns padded with zeros to a multiple of 16. A register
+// tile loads 32 rows' weights of one column as two vectors with no packing per call, and a decode
+// pass, which runs the 4 lane classes of a group together, streams each panel front to back.
 struct WeightView {
   DType dtype = DType::F32;
   const void* data = nullptr;
   int rows = 0, cols = 0;
   const float* scales = nullptr;  // q8_0 only
-  bool panels = false;            // f32/bf16: the panel layout (q8_0 always has its own panels)
+  bool panels = false;            // f32/bf16: the lane-panel layout (q8_0 always has its own panels)
 };
 
-constexpr int kPanelRows = 8, kPanelCols = 16;
-inline int panel_cols(int cols) { return (cols + kPanelCols - 1) / kPanelCols * kPanelCols; }
+constexpr int kPanelRows = 32, kPanelLanes = 16, kPanelGroup = 4;
+inline int panel_chunks(int cols) { return (cols + kPanelLanes - 1) / kPanelLanes; }
 inline size_t panel_count(int rows, int cols) {
-  return static_cast<size_t>((rows + kPanelRows - 1) / kPanelRows * kPanelRows) * panel_cols(cols);
+  return static_cast<size_t>((rows + kPanelRows - 1) / kPanelRows) * kPanelRows * kPanelLanes * panel_chunks(cols);
+}
+// Offset inside a panel of the 32 values of lane class l (0..15), chunk j.
+inline size_t panel_lane_offset(int l, int j, int chunks) {
+  return ((static_cast<size_t>(l / kPanelGroup) * chunks + j) * kPanelGroup + l % kPanelGroup) * kPanelRows;
 }
 inline size_t panel_index(int r, int k, int cols) {
-  return static_cast<size_t>(r / kPanelRows) * kPanelRows * panel_cols(cols) +
-         static_cast<size_t>(k / kPanelCols) * kPanelCols * kPanelRows + static_cast<size_t>(r % kPanelRows) * kPanelCols +
-         k % kPanelCols;
+  const int chunks = panel_chunks(cols);
+  return static_cast<size_t>(r / kPanelRows) * kPanelRows * kPanelLanes * chunks +
+         panel_lane_offset(k % kPanelLanes, k / kPanelLanes, chunks) + static_cast<size_t>(r % kPanelRows);
 }
 
 // Per-layer Mamba-2 dims used by the SSD kernels.

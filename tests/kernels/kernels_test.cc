@@ -189,6 +189,10 @@ TEST_F(Kernels, MatmulMatchesRef) {
       {"2 sequences decoding together", 2, 40, 128},
       {"6 tokens: a q8_0 remainder tile", 6, 24, 64},
       {"7 tokens: a q8_0 remainder tile", 7, 33, 192},
+      {"32 sequences decoding together: GEMM tiles of 12, 12 and 8 tokens", 32, 70, 64},
+      {"GEMM tiles of 12 and 9, 10 or 11 tokens", 21, 40, 48},
+      {"a GEMM tile of 10 tokens", 10, 33, 32},
+      {"a GEMM tile of 11 tokens", 11, 64, 80},
   };
   for (const auto& c : cases) {
     for (DType dt : {DType::F32, DType::BF16, DType::I8}) {
@@ -215,7 +219,8 @@ TEST_F(Kernels, MatmulMatchesRef) {
         EXPECT_LT(rel_err(y.data(), yf.data(), y.n), tol::kQ8VsF32);
       }
       if (dt != DType::I8) {
-        // The 8-row panel layout of copied weights: bitwise the same result as row-major.
+        // The lane-panel layout of copied weights: bitwise the same result as row-major (at every
+        // T, where row-major runs the dot tiles below kGemmMinTokens and panels the GEMM tiles).
         std::vector<float> pf(panel_count(c.rows, c.cols), 0.0f);
         std::vector<uint16_t> pb(pf.size(), 0);
         for (int r = 0; r < c.rows; ++r)

@@ -14,13 +14,18 @@
 // no horizontal work in the inner loop.
 //
 // Data movement: the activations of up to kBlockTokens tokens are packed once per call as
-// [tile of kMR tokens][lane class][j][token] (zero past T and K); each thread packs the kNR rows
-// it works on as [lane class][j][row] (bf16 widened, zero past the rows and K) and runs every
-// token tile against them. Padding contributes fma(0, 0, acc) = acc, as the dot tile's masked
-// tail does.
+// [tile of kMR tokens][lane class][j][token] (zero past T and K). Weights in lane panels
+// (WeightView::panels, the layout of weights copied at load) are read in place: a panel of kNR
+// rows is [lane group][j][lane in group][row], a register tile loads a (j, lane class) run of 32
+// rows as two vectors (bf16 widened in the loop).
+// Row-major weights (mapped from the checkpoint) are packed into that order per call, each thread
+// the panel it works on. Padding contributes fma(0, 0, acc) = acc, as the dot tile's masked tail
+// does. With no packing of weights, the tiles pay off from one token on (decode, batched decode);
+// for row-major weights matmul uses them from kGemmMinTokens on.
 #include "kernels/cpu/gemm_cpu.h"
 
 #include <algorithm>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/cpu/intrinsics.h"
@@ -32,13 +37,15 @@ namespace hybridlm::cpu {
 namespace {
 
 constexpr int kLanes = 16;        // lane classes: the dot tiles' vector width
-constexpr int kMR = 12;           // tokens per register tile
+constexpr int kMR = 12;           // tokens per register tile (at most)
 constexpr int kNR = 32;           // weight rows per register tile (two vectors)
+constexpr int kGroup = kPanelGroup;  // lane classes stored side by side per chunk
+static_assert(kNR == kPanelRows && kLanes == kPanelLanes, "a register tile reads one lane panel");
 constexpr int kBlockTokens = 516; // tokens packed at a time (43 tiles): <= 516 x K floats of scratch
 
 struct GemmScratch {
   std::vector<float> a;     // packed activations (the calling thread's)
-  std::vector<float> b;     // packed weight rows (each thread its own)
+  std::vector<float> b;     // packed row-major weight rows (each thread its own)
   std::vector<float> lane;  // [lane class][kMR][kNR] sums of one register tile
 };
 GemmScratch& scratch() {
@@ -99,48 +106,57 @@ HYBRIDLM_AVX512 void pack_tokens(const float* x, int K, int KS, int t0, int nt, 
   }
 }
 
-// Weight rows r0 .. r0 + kNR into `b` as f32: b[(l * KS + c) * kNR + r] = W(r0 + r, 16 c + l),
-// zero past the rows and K. Chunk c's 16 values of a row are contiguous in both layouts.
+// Row-major weight rows r0 .. r0 + kNR into `b` as an f32 lane panel: b[panel_lane_offset(l, c) +
+// r] = W(r0 + r, 16 c + l), zero past the rows and K.
 template <bool kBf16>
 HYBRIDLM_AVX512 void pack_rows(const WeightView& W, int KS, int r0, float* b) {
   const int K = W.cols;
   for (int h = 0; h < kNR / 16; ++h) {
-    size_t at[16];  // element index of (row, k = 0); panel rows step 16 within a chunk
-    for (int r = 0; r < 16; ++r) {
-      const int row = r0 + 16 * h + r;
-      at[r] = row >= W.rows ? 0 : W.panels ? panel_index(row, 0, K) : static_cast<size_t>(row) * K;
-    }
     const int n_rows = std::clamp(W.rows - (r0 + 16 * h), 0, 16);
-    const size_t cs = W.panels ? static_cast<size_t>(kPanelCols) * kPanelRows : kLanes;  // chunk stride
+    const size_t row0 = static_cast<size_t>(r0 + 16 * h) * K;
     for (int c = 0; c < KS; ++c) {
       const __mmask16 m = chunk_mask(K, c);
       __m512 r[16];
       for (int j = 0; j < 16; ++j) {
+        const size_t at = row0 + static_cast<size_t>(j) * K + c * kLanes;
         if (j >= n_rows) {
           r[j] = _mm512_setzero_ps();
         } else if constexpr (kBf16) {
-          const __m256i raw = _mm256_maskz_loadu_epi16(m, static_cast<const uint16_t*>(W.data) + at[j] + c * cs);
+          const __m256i raw = _mm256_maskz_loadu_epi16(m, static_cast<const uint16_t*>(W.data) + at);
           r[j] = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
         } else {
-          r[j] = _mm512_maskz_loadu_ps(m, static_cast<const float*>(W.data) + at[j] + c * cs);
+          r[j] = _mm512_maskz_loadu_ps(m, static_cast<const float*>(W.data) + at);
         }
       }
       transpose16(r);
-      for (int l = 0; l < kLanes; ++l) _mm512_storeu_ps(b + (static_cast<size_t>(l) * KS + c) * kNR + 16 * h, r[l]);
+      for (int l = 0; l < kLanes; ++l) _mm512_storeu_ps(b + panel_lane_offset(l, c, KS) + 16 * h, r[l]);
     }
   }
 }
 
-// One lane class of one register tile: out[t][0 .. 32) = sum over j of a[j][t] * b[j][0 .. 32),
-// one FMA per term in j order. Named accumulators (an array of __m512 is kept in memory by GCC).
-HYBRIDLM_AVX512 void tile_12x32(const float* a, const float* b, int KS, float* out) {
+// 16 weights of a panel row run as f32 (bf16: widened, exact).
+template <bool kBf16>
+HYBRIDLM_AVX512 inline __attribute__((always_inline)) __m512 load_b(const void* b) {
+  if constexpr (kBf16)
+    return _mm512_castsi512_ps(
+        _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(static_cast<const __m256i*>(b))), 16));
+  else return _mm512_loadu_ps(static_cast<const float*>(b));
+}
+
+// One lane class of one register tile of MR <= kMR tokens: out[t][0 .. 32) = sum over j of
+// a[j][t] * b[j][0 .. 32), one FMA per term in j order. Named accumulators (an array of __m512 is
+// kept in memory by GCC); those of tokens past MR are never used and compile away.
+template <int MR, bool kBf16>
+HYBRIDLM_AVX512 void tile_lanes(const float* a, const void* bv, int KS, float* out) {
+  using B = std::conditional_t<kBf16, uint16_t, float>;
+  const B* b = static_cast<const B*>(bv);
   const __m512 z = _mm512_setzero_ps();
   __m512 c00 = z, c01 = z, c10 = z, c11 = z, c20 = z, c21 = z, c30 = z, c31 = z, c40 = z, c41 = z, c50 = z, c51 = z;
   __m512 c60 = z, c61 = z, c70 = z, c71 = z, c80 = z, c81 = z, c90 = z, c91 = z, ca0 = z, ca1 = z, cb0 = z, cb1 = z;
-  for (int j = 0; j < KS; ++j, a += kMR, b += kNR) {
-    const __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
+  for (int j = 0; j < KS; ++j, a += kMR, b += kGroup * kNR) {
+    const __m512 b0 = load_b<kBf16>(b), b1 = load_b<kBf16>(b + 16);
 #define HYBRIDLM_GEMM_STEP(t, c0, c1)                \
-  {                                                  \
+  if constexpr (MR > t) {                            \
     const __m512 av = _mm512_set1_ps(a[t]);          \
     c0 = _mm512_fmadd_ps(b0, av, c0);                \
     c1 = _mm512_fmadd_ps(b1, av, c1);                \
@@ -161,9 +177,71 @@ HYBRIDLM_AVX512 void tile_12x32(const float* a, const float* b, int KS, float* o
   }
   const __m512 acc[kMR][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}, {c40, c41}, {c50, c51},
                               {c60, c61}, {c70, c71}, {c80, c81}, {c90, c91}, {ca0, ca1}, {cb0, cb1}};
-  for (int t = 0; t < kMR; ++t) {
+  for (int t = 0; t < MR; ++t) {
     _mm512_storeu_ps(out + t * kNR, acc[t][0]);
     _mm512_storeu_ps(out + t * kNR + 16, acc[t][1]);
+  }
+}
+
+// All 16 lane classes of a tile of MR tokens against one panel (f32 or bf16 elements).
+template <int MR, bool kBf16>
+HYBRIDLM_AVX512 void tile_panel(const float* a, const void* b, int KS, float* lane) {
+  using B = std::conditional_t<kBf16, uint16_t, float>;
+  for (int l = 0; l < kLanes; ++l)
+    tile_lanes<MR, kBf16>(a + static_cast<size_t>(l) * KS * kMR, static_cast<const B*>(b) + panel_lane_offset(l, 0, KS),
+                          KS, lane + static_cast<size_t>(l) * kMR * kNR);
+}
+
+// One token (decode) against one panel: the four lane classes of a group at a time, eight
+// accumulator chains (one lane class alone waits on its FMA latency) over one contiguous run of
+// the panel. The same FMAs in the same order as tile_lanes<1>. The token's value for (lane class l, chunk j) is at
+// a[l * ls + j * js]: packed (ls = KS * kMR, js = kMR) or x itself (ls = 1, js = 16).
+template <bool kBf16>
+HYBRIDLM_AVX512 void tile_panel_1(const float* a, size_t ls, size_t js, const void* bv, int KS, float* lane) {
+  using B = std::conditional_t<kBf16, uint16_t, float>;
+  static_assert(kGroup == 4, "one accumulator pair per lane class of a group");
+  constexpr size_t bs = kNR;  // the next lane class of the group
+  for (int l = 0; l < kLanes; l += kGroup) {
+    const B* b = static_cast<const B*>(bv) + panel_lane_offset(l, 0, KS);
+    const float* x = a + l * ls;
+    const __m512 z = _mm512_setzero_ps();
+    __m512 c00 = z, c01 = z, c10 = z, c11 = z, c20 = z, c21 = z, c30 = z, c31 = z;
+    for (int j = 0; j < KS; ++j, b += kGroup * kNR, x += js) {
+      const __m512 a0 = _mm512_set1_ps(x[0]), a1 = _mm512_set1_ps(x[ls]);
+      const __m512 a2 = _mm512_set1_ps(x[2 * ls]), a3 = _mm512_set1_ps(x[3 * ls]);
+      c00 = _mm512_fmadd_ps(load_b<kBf16>(b), a0, c00);
+      c01 = _mm512_fmadd_ps(load_b<kBf16>(b + 16), a0, c01);
+      c10 = _mm512_fmadd_ps(load_b<kBf16>(b + bs), a1, c10);
+      c11 = _mm512_fmadd_ps(load_b<kBf16>(b + bs + 16), a1, c11);
+      c20 = _mm512_fmadd_ps(load_b<kBf16>(b + 2 * bs), a2, c20);
+      c21 = _mm512_fmadd_ps(load_b<kBf16>(b + 2 * bs + 16), a2, c21);
+      c30 = _mm512_fmadd_ps(load_b<kBf16>(b + 3 * bs), a3, c30);
+      c31 = _mm512_fmadd_ps(load_b<kBf16>(b + 3 * bs + 16), a3, c31);
+    }
+    float* o = lane + static_cast<size_t>(l) * kMR * kNR;
+    constexpr size_t kL = static_cast<size_t>(kMR) * kNR;  // one lane class of the lane buffer
+    _mm512_storeu_ps(o, c00), _mm512_storeu_ps(o + 16, c01);
+    _mm512_storeu_ps(o + kL, c10), _mm512_storeu_ps(o + kL + 16, c11);
+    _mm512_storeu_ps(o + 2 * kL, c20), _mm512_storeu_ps(o + 2 * kL + 16, c21);
+    _mm512_storeu_ps(o + 3 * kL, c30), _mm512_storeu_ps(o + 3 * kL + 16, c31);
+  }
+}
+
+template <bool kBf16>
+HYBRIDLM_AVX512 void tile_panel_n(int n_tok, const float* a, const void* b, int KS, float* lane) {
+  switch (n_tok) {
+    case 1: return tile_panel_1<kBf16>(a, static_cast<size_t>(KS) * kMR, kMR, b, KS, lane);
+    case 2: return tile_panel<2, kBf16>(a, b, KS, lane);
+    case 3: return tile_panel<3, kBf16>(a, b, KS, lane);
+    case 4: return tile_panel<4, kBf16>(a, b, KS, lane);
+    case 5: return tile_panel<5, kBf16>(a, b, KS, lane);
+    case 6: return tile_panel<6, kBf16>(a, b, KS, lane);
+    case 7: return tile_panel<7, kBf16>(a, b, KS, lane);
+    case 8: return tile_panel<8, kBf16>(a, b, KS, lane);
+    case 9: return tile_panel<9, kBf16>(a, b, KS, lane);
+    case 10: return tile_panel<10, kBf16>(a, b, KS, lane);
+    case 11: return tile_panel<11, kBf16>(a, b, KS, lane);
+    default: return tile_panel<12, kBf16>(a, b, KS, lane);
   }
 }
 
@@ -192,40 +270,52 @@ HYBRIDLM_AVX512 void finish_tile(const float* lane, const float* bias, int r0, i
 
 void gemm_lanes_avx512(const KernelContext& ctx, const WeightView& W, const float* bias, const float* x, int T,
                        float* y) {
-  const int K = W.cols, N = W.rows, KS = (K + kLanes - 1) / kLanes;
+  const int K = W.cols, N = W.rows, KS = panel_chunks(K);
   if (N <= 0 || T <= 0) return;
   const bool bf16 = W.dtype == DType::BF16;
   const size_t tile_a = static_cast<size_t>(kLanes) * KS * kMR;
-  float* a = grow(scratch().a, tile_a * ((kBlockTokens + kMR - 1) / kMR));
+  const size_t panel = static_cast<size_t>(kLanes) * KS * kNR;  // elements of one panel
+  float* a = grow(scratch().a, tile_a * ((std::min(T, kBlockTokens) + kMR - 1) / kMR));
   const size_t n_panels = (static_cast<size_t>(N) + kNR - 1) / kNR;
   for (int t0 = 0; t0 < T; t0 += kBlockTokens) {
     const int nt = std::min(kBlockTokens, T - t0), n_tiles = (nt + kMR - 1) / kMR;
-    parallel(ctx, static_cast<size_t>(n_tiles), 1, [&](size_t ib, size_t ie) {
-      pack_tokens(x, K, KS, t0, nt, static_cast<int>(ib), static_cast<int>(ie), a);
-    });
-    // Work items: (panel, run of token tiles). Few panels (x_proj: 80 rows) are split over
-    // tokens too so every thread has work; each item packs its panel's rows itself.
+    const bool direct = T == 1 && K % kLanes == 0;  // one token: its values read from x in place
+    if (!direct)
+      parallel(ctx, static_cast<size_t>(n_tiles), 1, [&](size_t ib, size_t ie) {
+        pack_tokens(x, K, KS, t0, nt, static_cast<int>(ib), static_cast<int>(ie), a);
+      });
+    // Work items: (panel, run of token tiles). Few panels (x_proj: 3) are split over tokens too
+    // so every thread has work.
     const int threads = ctx.pool ? ctx.pool->size() : 1;
     const int runs = std::clamp(static_cast<int>((4 * threads + n_panels - 1) / n_panels), 1, n_tiles);
     const int tiles_per_run = (n_tiles + runs - 1) / runs;
     parallel(ctx, n_panels * runs, 1, [&](size_t wb, size_t we) {
       GemmScratch& s = scratch();
-      float* b = grow(s.b, static_cast<size_t>(kLanes) * KS * kNR);
       float* lane = grow(s.lane, static_cast<size_t>(kLanes) * kMR * kNR);
-      int packed = -1;  // the panel in b (a thread's items are consecutive: runs of one panel)
+      int packed = -1;  // row-major weights: the panel in s.b (a thread's items are consecutive)
       for (size_t w = wb; w < we; ++w) {
-        const int r0 = static_cast<int>(w / runs) * kNR;
+        const size_t p = w / runs;
+        const int r0 = static_cast<int>(p) * kNR;
         const int i_begin = static_cast<int>(w % runs) * tiles_per_run;
         const int i_end = std::min(n_tiles, i_begin + tiles_per_run);
         if (i_begin >= i_end) continue;
-        if (packed != r0) bf16 ? pack_rows<true>(W, KS, r0, b) : pack_rows<false>(W, KS, r0, b);
-        packed = r0;
+        const void* b;
+        if (W.panels) {
+          b = bf16 ? static_cast<const void*>(static_cast<const uint16_t*>(W.data) + p * panel)
+                   : static_cast<const void*>(static_cast<const float*>(W.data) + p * panel);
+        } else {
+          float* pb = grow(s.b, panel);
+          if (packed != r0) bf16 ? pack_rows<true>(W, KS, r0, pb) : pack_rows<false>(W, KS, r0, pb);
+          packed = r0;
+          b = pb;
+        }
+        const bool b16 = bf16 && W.panels;  // packed rows are f32
         for (int i = i_begin; i < i_end; ++i) {
+          const int n_tok = std::min(kMR, nt - i * kMR);
           const float* ai = a + static_cast<size_t>(i) * tile_a;
-          for (int l = 0; l < kLanes; ++l)
-            tile_12x32(ai + static_cast<size_t>(l) * KS * kMR, b + static_cast<size_t>(l) * KS * kNR, KS,
-                       lane + static_cast<size_t>(l) * kMR * kNR);
-          finish_tile(lane, bias, r0, std::min(kNR, N - r0), t0 + i * kMR, std::min(kMR, nt - i * kMR), N, y);
+          if (direct) b16 ? tile_panel_1<true>(x, 1, kLanes, b, KS, lane) : tile_panel_1<false>(x, 1, kLanes, b, KS, lane);
+          else b16 ? tile_panel_n<true>(n_tok, ai, b, KS, lane) : tile_panel_n<false>(n_tok, ai, b, KS, lane);
+          finish_tile(lane, bias, r0, std::min(kNR, N - r0), t0 + i * kMR, n_tok, N, y);
         }
       }
     });

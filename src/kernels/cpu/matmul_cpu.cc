@@ -25,6 +25,7 @@ namespace {
 constexpr int kTileT = 4;  // tokens per register tile
 constexpr int kTileR = 4;  // weight rows per register tile
 constexpr int kTokenBlock = 64;  // tokens per cache block: 64 x 4 KiB rows (d = 1024) = 256 KiB
+constexpr int kRowGroup = 8;     // row-major weights: rows per work unit (a whole decode tile)
 
 // ---- portable path: 8 partial sums per dot product --------------------------------------------
 template <bool kBf16>
@@ -33,13 +34,12 @@ inline float w_at(const void* W, size_t i) {
   else return static_cast<const float*>(W)[i];
 }
 
+// Row-major weights.
 template <bool kBf16>
 HYBRIDLM_INLINE void rows_generic(const WeightView& W, const float* bias, const float* x, int T, float* y,
                                   int r_begin, int r_end) {
   const int K = W.cols;
-  // Element (r, k): row-major, or in a panel, where 8 consecutive columns starting at a multiple
-  // of 8 are contiguous too.
-  auto at = [&](int r, int k) { return W.panels ? panel_index(r, k, K) : static_cast<size_t>(r) * K + k; };
+  auto at = [&](int r, int k) { return static_cast<size_t>(r) * K + k; };
   for (int r = r_begin; r < r_end; ++r) {
     for (int t = 0; t < T; ++t) {
       const float* xt = x + static_cast<size_t>(t) * K;
@@ -55,6 +55,45 @@ HYBRIDLM_INLINE void rows_generic(const WeightView& W, const float* bias, const 
     }
   }
 }
+// Lane panels [p_begin, p_end), the same sums: partial sum l of output (t, r) adds the terms
+// k = l, l + 8, l + 16, ... in order, which a panel holds as lane classes l and l + 8 (k = 16 j + l
+// and 16 j + 8 + l); all 32 rows of a panel at once (vectorised over rows).
+template <bool kBf16>
+HYBRIDLM_INLINE void panels_generic(const WeightView& W, const float* bias, const float* x, int T, float* y,
+                                    int p_begin, int p_end) {
+  const int K = W.cols, KS = panel_chunks(K);
+  for (int p = p_begin; p < p_end; ++p) {
+    const size_t base = static_cast<size_t>(p) * kPanelLanes * KS * kPanelRows;
+    const int r0 = p * kPanelRows, n_rows = std::min(kPanelRows, W.rows - r0);
+    for (int t = 0; t < T; ++t) {
+      const float* xt = x + static_cast<size_t>(t) * K;
+      float acc[8][kPanelRows] = {};
+      for (int j = 0; j < KS; ++j)
+        for (int h = 0; h < 2; ++h)
+          for (int l = 0; l < 8; ++l) {
+            const int k = 16 * j + 8 * h + l;
+            if (k >= K) break;
+            const size_t i = base + panel_lane_offset(8 * h + l, j, KS);
+            const float xv = xt[k];
+            for (int r = 0; r < kPanelRows; ++r) acc[l][r] += w_at<kBf16>(W.data, i + r) * xv;
+          }
+      for (int r = 0; r < n_rows; ++r) {
+        float s = ((acc[0][r] + acc[4][r]) + (acc[1][r] + acc[5][r])) + ((acc[2][r] + acc[6][r]) + (acc[3][r] + acc[7][r]));
+        y[static_cast<size_t>(t) * W.rows + r0 + r] = s + (bias ? bias[r0 + r] : 0.0f);
+      }
+    }
+  }
+}
+template <bool kBf16>
+HYBRIDLM_AVX2 void panels_avx2(const WeightView& W, const float* bias, const float* x, int T, float* y, int pb,
+                               int pe) {
+  panels_generic<kBf16>(W, bias, x, T, y, pb, pe);
+}
+template <bool kBf16>
+void panels_portable(const WeightView& W, const float* bias, const float* x, int T, float* y, int pb, int pe) {
+  panels_generic<kBf16>(W, bias, x, T, y, pb, pe);
+}
+
 template <bool kBf16>
 HYBRIDLM_AVX2 void rows_avx2(const WeightView& W, const float* bias, const float* x, int T, float* y, int rb,
                              int re) {
@@ -77,15 +116,13 @@ HYBRIDLM_AVX512 inline __m512 load_w16(const void* W, size_t i, __mmask16 m) {
   }
 }
 
-// Where rows r0, r0 + 1, ... of a tile live: element (r0 + j, k) at base + j * rs + (k / 16) * ks
-// + k % 16. Row-major: rs = K, ks = 16; panels: rs = 16, ks = 128 (a tile never crosses a panel:
-// tiles of 8 rows start at multiples of 8, tiles of 4 at multiples of 4).
+// Where rows r0, r0 + 1, ... of a tile live (row-major): element (r0 + j, k) at base + j * rs +
+// (k / 16) * ks + k % 16.
 struct TileRows {
   size_t base, rs, ks;
 };
 inline TileRows tile_rows(const WeightView& W, int r0) {
-  if (W.panels) return {panel_index(r0, 0, W.cols), kPanelCols, static_cast<size_t>(kPanelCols) * kPanelRows};
-  return {static_cast<size_t>(r0) * W.cols, static_cast<size_t>(W.cols), kPanelCols};
+  return {static_cast<size_t>(r0) * W.cols, static_cast<size_t>(W.cols), 16};
 }
 
 // One k-step of the tile: RR weight vectors, RT activation vectors, RT x RR FMAs.
@@ -459,11 +496,21 @@ void matmul(const KernelContext& ctx, const WeightView& W, const float* bias, co
   if (W.dtype == DType::I8) return matmul_q8(ctx, W, bias, x, T, y);
   const bool bf16 = W.dtype == DType::BF16;
   const SimdPath path = simd_path();
-  // Prefill: the same sums as outer products (bitwise equal to the tiles below).
-  if (path == SimdPath::Avx512 && T >= kGemmMinTokens) return gemm_lanes_avx512(ctx, W, bias, x, T, y);
-  auto run = [&](size_t pb, size_t pe) {  // whole 8-row panels (tiles never cross one)
-    const int rb = static_cast<int>(pb) * kPanelRows;
-    const int re = std::min(W.rows, static_cast<int>(pe) * kPanelRows);
+  // Lane panels at any T, row-major weights from kGemmMinTokens on: the same sums as outer
+  // products (bitwise equal to the dot tiles below).
+  if (path == SimdPath::Avx512 && (W.panels || T >= kGemmMinTokens)) return gemm_lanes_avx512(ctx, W, bias, x, T, y);
+  if (W.panels) {  // AVX2 / portable
+    const size_t n_panels = (static_cast<size_t>(W.rows) + kPanelRows - 1) / kPanelRows;
+    parallel(ctx, n_panels, 1, [&](size_t pb, size_t pe) {
+      const int b = static_cast<int>(pb), e = static_cast<int>(pe);
+      if (path == SimdPath::Avx2) bf16 ? panels_avx2<true>(W, bias, x, T, y, b, e) : panels_avx2<false>(W, bias, x, T, y, b, e);
+      else bf16 ? panels_portable<true>(W, bias, x, T, y, b, e) : panels_portable<false>(W, bias, x, T, y, b, e);
+    });
+    return;
+  }
+  auto run = [&](size_t gb, size_t ge) {  // whole groups of kRowGroup rows (a decode tile never crosses one)
+    const int rb = static_cast<int>(gb) * kRowGroup;
+    const int re = std::min(W.rows, static_cast<int>(ge) * kRowGroup);
     // Token blocks keep the activations a thread re-reads for every row tile in L2 (a long
     // prompt's x is several MiB); the order of each dot product is unchanged.
     for (int t0 = 0; t0 < T; t0 += kTokenBlock) {
@@ -478,9 +525,9 @@ void matmul(const KernelContext& ctx, const WeightView& W, const float* bias, co
         bf16 ? rows_portable<true>(W, bias, xb, nt, yb, rb, re) : rows_portable<false>(W, bias, xb, nt, yb, rb, re);
     }
   };
-  const size_t n_panels = (static_cast<size_t>(W.rows) + kPanelRows - 1) / kPanelRows;
-  if (ctx.pool) ctx.pool->parallel_for(n_panels, run, 2);
-  else run(0, n_panels);
+  const size_t n_groups = (static_cast<size_t>(W.rows) + kRowGroup - 1) / kRowGroup;
+  if (ctx.pool) ctx.pool->parallel_for(n_groups, run, 2);
+  else run(0, n_groups);
 }
 
 }  // namespace hybridlm::cpu
