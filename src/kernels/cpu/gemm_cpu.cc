@@ -145,15 +145,20 @@ HYBRIDLM_AVX512 inline __attribute__((always_inline)) __m512 load_b(const void* 
 
 // One lane class of one register tile of MR <= kMR tokens: out[t][0 .. 32) = sum over j of
 // a[j][t] * b[j][0 .. 32), one FMA per term in j order. Named accumulators (an array of __m512 is
-// kept in memory by GCC); those of tokens past MR are never used and compile away.
-template <int MR, bool kBf16>
-HYBRIDLM_AVX512 void tile_lanes(const float* a, const void* bv, int KS, float* out) {
+// kept in memory by GCC); those of tokens past MR are never used and compile away. kPrefetch:
+// also prefetch into L2 what this lane class reads of the panel `next` elements on.
+template <int MR, bool kBf16, bool kPrefetch = false>
+HYBRIDLM_AVX512 void tile_lanes(const float* a, const void* bv, int KS, float* out, size_t next = 0) {
   using B = std::conditional_t<kBf16, uint16_t, float>;
   const B* b = static_cast<const B*>(bv);
   const __m512 z = _mm512_setzero_ps();
   __m512 c00 = z, c01 = z, c10 = z, c11 = z, c20 = z, c21 = z, c30 = z, c31 = z, c40 = z, c41 = z, c50 = z, c51 = z;
   __m512 c60 = z, c61 = z, c70 = z, c71 = z, c80 = z, c81 = z, c90 = z, c91 = z, ca0 = z, ca1 = z, cb0 = z, cb1 = z;
   for (int j = 0; j < KS; ++j, a += kMR, b += kGroup * kNR) {
+    if constexpr (kPrefetch) {
+      const char* ahead = reinterpret_cast<const char*>(b + next);
+      for (size_t q = 0; q < kNR * sizeof(B); q += 64) _mm_prefetch(ahead + q, _MM_HINT_T1);
+    }
     const __m512 b0 = load_b<kBf16>(b), b1 = load_b<kBf16>(b + 16);
 #define HYBRIDLM_GEMM_STEP(t, c0, c1)                \
   if constexpr (MR > t) {                            \
@@ -183,13 +188,20 @@ HYBRIDLM_AVX512 void tile_lanes(const float* a, const void* bv, int KS, float* o
   }
 }
 
-// All 16 lane classes of a tile of MR tokens against one panel (f32 or bf16 elements).
+// All 16 lane classes of a tile of MR tokens against one panel (f32 or bf16 elements). With
+// `next` > 0 the tile also prefetches the panel `next` elements on into L2: the first tile on a
+// panel streams it from memory, and a third of its samples sat on the weight loads; the second
+// tile, which finds its panel in L2, fetches the next one meanwhile.
 template <int MR, bool kBf16>
-HYBRIDLM_AVX512 void tile_panel(const float* a, const void* b, int KS, float* lane) {
+HYBRIDLM_AVX512 void tile_panel(const float* a, const void* b, int KS, float* lane, size_t next) {
   using B = std::conditional_t<kBf16, uint16_t, float>;
-  for (int l = 0; l < kLanes; ++l)
-    tile_lanes<MR, kBf16>(a + static_cast<size_t>(l) * KS * kMR, static_cast<const B*>(b) + panel_lane_offset(l, 0, KS),
-                          KS, lane + static_cast<size_t>(l) * kMR * kNR);
+  for (int l = 0; l < kLanes; ++l) {
+    const float* al = a + static_cast<size_t>(l) * KS * kMR;
+    const B* bl = static_cast<const B*>(b) + panel_lane_offset(l, 0, KS);
+    float* out = lane + static_cast<size_t>(l) * kMR * kNR;
+    if (next) tile_lanes<MR, kBf16, true>(al, bl, KS, out, next);
+    else tile_lanes<MR, kBf16>(al, bl, KS, out);
+  }
 }
 
 // One token (decode) against one panel: the four lane classes of a group at a time, eight
@@ -228,20 +240,20 @@ HYBRIDLM_AVX512 void tile_panel_1(const float* a, size_t ls, size_t js, const vo
 }
 
 template <bool kBf16>
-HYBRIDLM_AVX512 void tile_panel_n(int n_tok, const float* a, const void* b, int KS, float* lane) {
+HYBRIDLM_AVX512 void tile_panel_n(int n_tok, const float* a, const void* b, int KS, float* lane, size_t next) {
   switch (n_tok) {
     case 1: return tile_panel_1<kBf16>(a, static_cast<size_t>(KS) * kMR, kMR, b, KS, lane);
-    case 2: return tile_panel<2, kBf16>(a, b, KS, lane);
-    case 3: return tile_panel<3, kBf16>(a, b, KS, lane);
-    case 4: return tile_panel<4, kBf16>(a, b, KS, lane);
-    case 5: return tile_panel<5, kBf16>(a, b, KS, lane);
-    case 6: return tile_panel<6, kBf16>(a, b, KS, lane);
-    case 7: return tile_panel<7, kBf16>(a, b, KS, lane);
-    case 8: return tile_panel<8, kBf16>(a, b, KS, lane);
-    case 9: return tile_panel<9, kBf16>(a, b, KS, lane);
-    case 10: return tile_panel<10, kBf16>(a, b, KS, lane);
-    case 11: return tile_panel<11, kBf16>(a, b, KS, lane);
-    default: return tile_panel<12, kBf16>(a, b, KS, lane);
+    case 2: return tile_panel<2, kBf16>(a, b, KS, lane, next);
+    case 3: return tile_panel<3, kBf16>(a, b, KS, lane, next);
+    case 4: return tile_panel<4, kBf16>(a, b, KS, lane, next);
+    case 5: return tile_panel<5, kBf16>(a, b, KS, lane, next);
+    case 6: return tile_panel<6, kBf16>(a, b, KS, lane, next);
+    case 7: return tile_panel<7, kBf16>(a, b, KS, lane, next);
+    case 8: return tile_panel<8, kBf16>(a, b, KS, lane, next);
+    case 9: return tile_panel<9, kBf16>(a, b, KS, lane, next);
+    case 10: return tile_panel<10, kBf16>(a, b, KS, lane, next);
+    case 11: return tile_panel<11, kBf16>(a, b, KS, lane, next);
+    default: return tile_panel<12, kBf16>(a, b, KS, lane, next);
   }
 }
 
@@ -310,11 +322,13 @@ void gemm_lanes_avx512(const KernelContext& ctx, const WeightView& W, const floa
           b = pb;
         }
         const bool b16 = bf16 && W.panels;  // packed rows are f32
+        const bool prefetch = W.panels && w + 1 < we && (w + 1) / runs != p;  // the next item's panel
         for (int i = i_begin; i < i_end; ++i) {
           const int n_tok = std::min(kMR, nt - i * kMR);
           const float* ai = a + static_cast<size_t>(i) * tile_a;
           if (direct) b16 ? tile_panel_1<true>(x, 1, kLanes, b, KS, lane) : tile_panel_1<false>(x, 1, kLanes, b, KS, lane);
-          else b16 ? tile_panel_n<true>(n_tok, ai, b, KS, lane) : tile_panel_n<false>(n_tok, ai, b, KS, lane);
+          else if (b16) tile_panel_n<true>(n_tok, ai, b, KS, lane, prefetch && i == i_begin + 1 ? panel : 0);
+          else tile_panel_n<false>(n_tok, ai, b, KS, lane, prefetch && i == i_begin + 1 ? panel : 0);
           finish_tile(lane, bias, r0, std::min(kNR, N - r0), t0 + i * kMR, n_tok, N, y);
         }
       }
