@@ -40,6 +40,7 @@ constexpr int kLanes = 16;        // lane classes: the dot tiles' vector width
 constexpr int kMR = 12;           // tokens per register tile (at most)
 constexpr int kNR = 32;           // weight rows per register tile (two vectors)
 constexpr int kGroup = kPanelGroup;  // lane classes stored side by side per chunk
+constexpr int kWidenMinTiles = 4;    // token tiles on a bf16 panel from which it is widened once
 static_assert(kNR == kPanelRows && kLanes == kPanelLanes, "a register tile reads one lane panel");
 constexpr int kBlockTokens = 516; // tokens packed at a time (43 tiles): <= 516 x K floats of scratch
 
@@ -132,6 +133,13 @@ HYBRIDLM_AVX512 void pack_rows(const WeightView& W, int KS, int r0, float* b) {
       for (int l = 0; l < kLanes; ++l) _mm512_storeu_ps(b + panel_lane_offset(l, c, KS) + 16 * h, r[l]);
     }
   }
+}
+
+// A bf16 panel as f32 (exact).
+HYBRIDLM_AVX512 void widen_panel(const uint16_t* b, size_t n, float* out) {
+  for (size_t i = 0; i < n; i += 16)
+    _mm512_storeu_ps(out + i, _mm512_castsi512_ps(_mm512_slli_epi32(
+                                  _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + i))), 16)));
 }
 
 // 16 weights of a panel row run as f32 (bf16: widened, exact).
@@ -304,25 +312,32 @@ void gemm_lanes_avx512(const KernelContext& ctx, const WeightView& W, const floa
     parallel(ctx, n_panels * runs, 1, [&](size_t wb, size_t we) {
       GemmScratch& s = scratch();
       float* lane = grow(s.lane, static_cast<size_t>(kLanes) * kMR * kNR);
-      int packed = -1;  // row-major weights: the panel in s.b (a thread's items are consecutive)
+      int packed = -1;  // the panel in s.b, packed or widened (a thread's items are consecutive)
       for (size_t w = wb; w < we; ++w) {
         const size_t p = w / runs;
         const int r0 = static_cast<int>(p) * kNR;
         const int i_begin = static_cast<int>(w % runs) * tiles_per_run;
         const int i_end = std::min(n_tiles, i_begin + tiles_per_run);
         if (i_begin >= i_end) continue;
-        const void* b;
-        if (W.panels) {
+        // The panel's weights: in place (lane panels), or f32 in s.b, packed from row-major
+        // rows or, for many tiles on one bf16 panel (prefill), widened once instead of in every
+        // tile. Tiles reading in place prefetch the thread's next panel.
+        const void* b = nullptr;
+        bool b16 = false, prefetch = false;
+        if (W.panels && !(bf16 && i_end - i_begin >= kWidenMinTiles)) {
           b = bf16 ? static_cast<const void*>(static_cast<const uint16_t*>(W.data) + p * panel)
                    : static_cast<const void*>(static_cast<const float*>(W.data) + p * panel);
+          b16 = bf16;
+          prefetch = w + 1 < we && (w + 1) / runs != p;
         } else {
           float* pb = grow(s.b, panel);
-          if (packed != r0) bf16 ? pack_rows<true>(W, KS, r0, pb) : pack_rows<false>(W, KS, r0, pb);
+          if (packed != r0) {
+            if (W.panels) widen_panel(static_cast<const uint16_t*>(W.data) + p * panel, panel, pb);
+            else bf16 ? pack_rows<true>(W, KS, r0, pb) : pack_rows<false>(W, KS, r0, pb);
+          }
           packed = r0;
           b = pb;
         }
-        const bool b16 = bf16 && W.panels;  // packed rows are f32
-        const bool prefetch = W.panels && w + 1 < we && (w + 1) / runs != p;  // the next item's panel
         for (int i = i_begin; i < i_end; ++i) {
           const int n_tok = std::min(kMR, nt - i * kMR);
           const float* ai = a + static_cast<size_t>(i) * tile_a;
