@@ -276,6 +276,9 @@ void m1_scan(const KernelContext& ctx, const float* x, int ld_x, const float* dt
              const float* C, int ld_bc, const float* D, const float* z, int ld_z, St* h, int T, int I, int N,
              float* y) {
   if (T == 1 && simd_path() == SimdPath::Avx512 && mamba1_step_avx512(ctx, x, dt, A, B, C, D, z, h, I, N, y)) return;
+  if (simd_path() == SimdPath::Avx512 &&
+      mamba1_scan_avx512(ctx, x, ld_x, dt, A, B, C, ld_bc, D, z, ld_z, h, T, I, N, y))
+    return;
   parallel(ctx, I, 16, [&](size_t b, size_t e) {
     m1_dispatch(x, ld_x, dt, A, B, C, ld_bc, D, z, ld_z, h, T, I, N, y, b, e);
   });

@@ -1,5 +1,5 @@
-// The recurrent decode steps (one token per sequence) on AVX-512, on f32 or bf16 state, see
-// ssm_step_avx512.cc.
+// The recurrent decode steps (one token per sequence) and the Mamba-1 prefill scan on AVX-512,
+// on f32 or bf16 state, see ssm_step_avx512.cc.
 #pragma once
 
 #include <cstdint>
@@ -22,5 +22,14 @@ bool mamba1_step_avx512(const KernelContext& ctx, const float* x, const float* d
                         const float* C, const float* D, const float* z, float* h, int I, int N, float* y);
 bool mamba1_step_avx512(const KernelContext& ctx, const float* x, const float* dt, const float* A, const float* B,
                         const float* C, const float* D, const float* z, uint16_t* h, int I, int N, float* y);
+
+// cpu::mamba1_scan's contract for any T, h f32 or bf16 (read once, written once). Returns false,
+// having done nothing, unless d_state <= 16.
+bool mamba1_scan_avx512(const KernelContext& ctx, const float* x, int ld_x, const float* dt, const float* A,
+                        const float* B, const float* C, int ld_bc, const float* D, const float* z, int ld_z, float* h,
+                        int T, int I, int N, float* y);
+bool mamba1_scan_avx512(const KernelContext& ctx, const float* x, int ld_x, const float* dt, const float* A,
+                        const float* B, const float* C, int ld_bc, const float* D, const float* z, int ld_z,
+                        uint16_t* h, int T, int I, int N, float* y);
 
 }  // namespace hybridlm::cpu
