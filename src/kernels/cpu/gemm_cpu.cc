@@ -212,50 +212,58 @@ HYBRIDLM_AVX512 void tile_panel(const float* a, const void* b, int KS, float* la
   }
 }
 
-// One token (decode) against one panel: the four lane classes of a group at a time, eight
-// accumulator chains (one lane class alone waits on its FMA latency) over one contiguous run of
-// the panel. The same FMAs in the same order as tile_lanes<1>. The token's value for (lane class l, chunk j) is at
-// a[l * ls + j * js]: packed (ls = KS * kMR, js = kMR) or x itself (ls = 1, js = 16).
-template <bool kBf16>
-HYBRIDLM_AVX512 void tile_panel_1(const float* a, size_t ls, size_t js, const void* bv, int KS, float* lane) {
+// A few tokens (decode of 1 to 6 sequences) against one panel, memory-bound: LG lane classes of a
+// group per pass (4 for up to 3 tokens, 2 for up to 6), so a pass reads LG / 4 of the group's run
+// of the panel front to back (one lane class per pass read 128 of every 512 bytes: decode of 2
+// sequences 17% slower than the dot tiles) and 2 LG MR accumulator chains hide the FMA latency.
+// Per output the same FMAs in the same order as tile_lanes<MR>. Token t's value for (lane class
+// l, chunk j) is at a[l * ls + j * js + t]: packed (ls = KS * kMR, js = kMR) or, for one token,
+// x itself (ls = 1, js = 16).
+template <int MR, int LG, bool kBf16>
+HYBRIDLM_AVX512 void tile_group(const float* a, size_t ls, size_t js, const void* bv, int KS, float* lane) {
   using B = std::conditional_t<kBf16, uint16_t, float>;
-  static_assert(kGroup == 4, "one accumulator pair per lane class of a group");
-  constexpr size_t bs = kNR;  // the next lane class of the group
-  for (int l = 0; l < kLanes; l += kGroup) {
+  static_assert(kGroup % LG == 0 && 2 * LG * MR <= 24, "accumulators in registers");
+  for (int l = 0; l < kLanes; l += LG) {
     const B* b = static_cast<const B*>(bv) + panel_lane_offset(l, 0, KS);
     const float* x = a + l * ls;
-    const __m512 z = _mm512_setzero_ps();
-    __m512 c00 = z, c01 = z, c10 = z, c11 = z, c20 = z, c21 = z, c30 = z, c31 = z;
+    __m512 acc[LG][MR][2];
+#pragma GCC unroll 4
+    for (int g = 0; g < LG; ++g)
+#pragma GCC unroll 6
+      for (int t = 0; t < MR; ++t) acc[g][t][0] = acc[g][t][1] = _mm512_setzero_ps();
     for (int j = 0; j < KS; ++j, b += kGroup * kNR, x += js) {
-      const __m512 a0 = _mm512_set1_ps(x[0]), a1 = _mm512_set1_ps(x[ls]);
-      const __m512 a2 = _mm512_set1_ps(x[2 * ls]), a3 = _mm512_set1_ps(x[3 * ls]);
-      c00 = _mm512_fmadd_ps(load_b<kBf16>(b), a0, c00);
-      c01 = _mm512_fmadd_ps(load_b<kBf16>(b + 16), a0, c01);
-      c10 = _mm512_fmadd_ps(load_b<kBf16>(b + bs), a1, c10);
-      c11 = _mm512_fmadd_ps(load_b<kBf16>(b + bs + 16), a1, c11);
-      c20 = _mm512_fmadd_ps(load_b<kBf16>(b + 2 * bs), a2, c20);
-      c21 = _mm512_fmadd_ps(load_b<kBf16>(b + 2 * bs + 16), a2, c21);
-      c30 = _mm512_fmadd_ps(load_b<kBf16>(b + 3 * bs), a3, c30);
-      c31 = _mm512_fmadd_ps(load_b<kBf16>(b + 3 * bs + 16), a3, c31);
+#pragma GCC unroll 4
+      for (int g = 0; g < LG; ++g) {
+        const __m512 b0 = load_b<kBf16>(b + g * kNR), b1 = load_b<kBf16>(b + g * kNR + 16);
+#pragma GCC unroll 6
+        for (int t = 0; t < MR; ++t) {
+          const __m512 av = _mm512_set1_ps(x[g * ls + t]);
+          acc[g][t][0] = _mm512_fmadd_ps(b0, av, acc[g][t][0]);
+          acc[g][t][1] = _mm512_fmadd_ps(b1, av, acc[g][t][1]);
+        }
+      }
     }
-    float* o = lane + static_cast<size_t>(l) * kMR * kNR;
-    constexpr size_t kL = static_cast<size_t>(kMR) * kNR;  // one lane class of the lane buffer
-    _mm512_storeu_ps(o, c00), _mm512_storeu_ps(o + 16, c01);
-    _mm512_storeu_ps(o + kL, c10), _mm512_storeu_ps(o + kL + 16, c11);
-    _mm512_storeu_ps(o + 2 * kL, c20), _mm512_storeu_ps(o + 2 * kL + 16, c21);
-    _mm512_storeu_ps(o + 3 * kL, c30), _mm512_storeu_ps(o + 3 * kL + 16, c31);
+#pragma GCC unroll 4
+    for (int g = 0; g < LG; ++g)
+#pragma GCC unroll 6
+      for (int t = 0; t < MR; ++t) {
+        float* o = lane + (static_cast<size_t>(l + g) * kMR + t) * kNR;
+        _mm512_storeu_ps(o, acc[g][t][0]);
+        _mm512_storeu_ps(o + 16, acc[g][t][1]);
+      }
   }
 }
 
 template <bool kBf16>
 HYBRIDLM_AVX512 void tile_panel_n(int n_tok, const float* a, const void* b, int KS, float* lane, size_t next) {
+  const size_t ls = static_cast<size_t>(KS) * kMR;
   switch (n_tok) {
-    case 1: return tile_panel_1<kBf16>(a, static_cast<size_t>(KS) * kMR, kMR, b, KS, lane);
-    case 2: return tile_panel<2, kBf16>(a, b, KS, lane, next);
-    case 3: return tile_panel<3, kBf16>(a, b, KS, lane, next);
-    case 4: return tile_panel<4, kBf16>(a, b, KS, lane, next);
-    case 5: return tile_panel<5, kBf16>(a, b, KS, lane, next);
-    case 6: return tile_panel<6, kBf16>(a, b, KS, lane, next);
+    case 1: return tile_group<1, 4, kBf16>(a, ls, kMR, b, KS, lane);
+    case 2: return tile_group<2, 4, kBf16>(a, ls, kMR, b, KS, lane);
+    case 3: return tile_group<3, 4, kBf16>(a, ls, kMR, b, KS, lane);
+    case 4: return tile_group<4, 2, kBf16>(a, ls, kMR, b, KS, lane);
+    case 5: return tile_group<5, 2, kBf16>(a, ls, kMR, b, KS, lane);
+    case 6: return tile_group<6, 2, kBf16>(a, ls, kMR, b, KS, lane);
     case 7: return tile_panel<7, kBf16>(a, b, KS, lane, next);
     case 8: return tile_panel<8, kBf16>(a, b, KS, lane, next);
     case 9: return tile_panel<9, kBf16>(a, b, KS, lane, next);
@@ -341,7 +349,7 @@ void gemm_lanes_avx512(const KernelContext& ctx, const WeightView& W, const floa
         for (int i = i_begin; i < i_end; ++i) {
           const int n_tok = std::min(kMR, nt - i * kMR);
           const float* ai = a + static_cast<size_t>(i) * tile_a;
-          if (direct) b16 ? tile_panel_1<true>(x, 1, kLanes, b, KS, lane) : tile_panel_1<false>(x, 1, kLanes, b, KS, lane);
+          if (direct) b16 ? tile_group<1, 4, true>(x, 1, kLanes, b, KS, lane) : tile_group<1, 4, false>(x, 1, kLanes, b, KS, lane);
           else if (b16) tile_panel_n<true>(n_tok, ai, b, KS, lane, prefetch && i == i_begin + 1 ? panel : 0);
           else tile_panel_n<false>(n_tok, ai, b, KS, lane, prefetch && i == i_begin + 1 ? panel : 0);
           finish_tile(lane, bias, r0, std::min(kNR, N - r0), t0 + i * kMR, n_tok, N, y);
