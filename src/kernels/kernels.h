@@ -29,7 +29,7 @@ struct KernelContext {
 // columns ordered by lane group g = (k % 16) / 4, then chunk j = k / 16, then lane k % 4: element
 // (r, k) at panel_index(r, k, cols), columns padded with zeros to a multiple of 16. A register
 // tile loads 32 rows' weights of one column as two vectors with no packing per call, and a decode
-// pass, which runs the 4 lane classes of a group together, streams each panel front to back.
+// pass over the 4 (or 2) lane classes of a group reads the panel front to back.
 struct WeightView {
   DType dtype = DType::F32;
   const void* data = nullptr;

@@ -20,8 +20,9 @@ WeightDType parse_weight_dtype(const std::string& s);
 struct Matrix {
   DType dtype = DType::F32;
   int rows = 0, cols = 0;
-  // Copied f32/bf16 weights of whole 16-column chunks (every real model's projections) are stored
-  // in lane panels of 32 rows (WeightView::panels, padded with zero rows); others row-major.
+  // Copied f32/bf16 weights of whole 16-column chunks and at least 256 rows (every real model's
+  // big projections) are stored in lane panels of 32 rows (WeightView::panels, padded with zero
+  // rows); others row-major.
   bool panels = false;
   HugeVector<float> f32;
   HugeVector<uint16_t> bf16;

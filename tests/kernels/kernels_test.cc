@@ -12,6 +12,8 @@
 #include <vector>
 
 #include "base/thread_pool.h"
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/ssm_step_avx512.h"
 #include "kernels/cpu/vec_math.h"
 #include "kernels/kernels.h"
 #include "numerics.h"
@@ -193,6 +195,10 @@ TEST_F(Kernels, MatmulMatchesRef) {
       {"GEMM tiles of 12 and 9, 10 or 11 tokens", 21, 40, 48},
       {"a GEMM tile of 10 tokens", 10, 33, 32},
       {"a GEMM tile of 11 tokens", 11, 64, 80},
+      {"one token after a full tile", 13, 40, 48},
+      {"16 panels, 3 tiles each: the next panel prefetched", 32, 512, 64},
+      {"bf16 panels widened for runs of 4 tiles, read in place for the run of 2", 160, 64, 48},
+      {"row-major GEMM: whole 16-column chunks, a last panel of 25 rows", 70, 57, 64},
   };
   for (const auto& c : cases) {
     for (DType dt : {DType::F32, DType::BF16, DType::I8}) {
@@ -218,17 +224,19 @@ TEST_F(Kernels, MatmulMatchesRef) {
                     yf.data());
         EXPECT_LT(rel_err(y.data(), yf.data(), y.n), tol::kQ8VsF32);
       }
+      std::vector<float> pf;
+      std::vector<uint16_t> pb;
+      WeightView P = W;
       if (dt != DType::I8) {
         // The lane-panel layout of copied weights: bitwise the same result as row-major (at every
         // T, where row-major runs the dot tiles below kGemmMinTokens and panels the GEMM tiles).
-        std::vector<float> pf(panel_count(c.rows, c.cols), 0.0f);
-        std::vector<uint16_t> pb(pf.size(), 0);
+        pf.assign(panel_count(c.rows, c.cols), 0.0f);
+        pb.assign(pf.size(), 0);
         for (int r = 0; r < c.rows; ++r)
           for (int k = 0; k < c.cols; ++k) {
             pf[panel_index(r, k, c.cols)] = wf[static_cast<size_t>(r) * c.cols + k];
             pb[panel_index(r, k, c.cols)] = wb[static_cast<size_t>(r) * c.cols + k];
           }
-        WeightView P = W;
         P.data = dt == DType::BF16 ? static_cast<const void*>(pb.data()) : pf.data();
         P.panels = true;
         Out yp(y.n), yrp(y.n);
@@ -238,11 +246,16 @@ TEST_F(Kernels, MatmulMatchesRef) {
         for (size_t i = 0; i < y.n; ++i) ASSERT_EQ(yrp.v[i], yr.v[i]) << "ref panels, output " << i;
         yp.expect_guard();
       }
-      // Batch invariance: each token alone gives bitwise the same row.
+      // Batch invariance: each token alone gives bitwise the same row (row-major, and for f32 /
+      // bf16 the panels too: one token runs its own kernel, packed when cols % 16 != 0).
       for (int t = 0; t < c.T; ++t) {
         std::vector<float> one(c.rows);
         cpu::matmul(ctx, W, bias.data(), x.data() + static_cast<size_t>(t) * c.cols, 1, one.data());
         for (int r = 0; r < c.rows; ++r) ASSERT_EQ(one[r], y.v[static_cast<size_t>(t) * c.rows + r]);
+        if (dt != DType::I8) {
+          cpu::matmul(ctx, P, bias.data(), x.data() + static_cast<size_t>(t) * c.cols, 1, one.data());
+          for (int r = 0; r < c.rows; ++r) ASSERT_EQ(one[r], y.v[static_cast<size_t>(t) * c.rows + r]) << "panels";
+        }
       }
     }
   }
@@ -319,7 +332,8 @@ TEST_F(Kernels, Mamba1ScanMatchesRef) {
         SCOPED_TRACE("N=" + std::to_string(N) + " T=" + std::to_string(T) + " I=" + std::to_string(I));
         const int ld_x = 96, ld_bc = N * 2 + 5;
         auto x = randn(T * ld_x, 13), z = randn(T * ld_x, 14), bc = randn(T * ld_bc, 15);
-        auto dt = uniform(T * I, 16, 0.001f, 0.2f);
+        // dt up to 20 on 40 channels: dt A reaches -160, past exp's clamp at -87.3.
+        auto dt = uniform(T * I, 16, 0.001f, I == 40 ? 20.0f : 0.2f);
         auto A = uniform(I * N, 17, -8.0f, -0.5f), D = randn(I, 18);
         auto h0 = randn(I * N, 19);
         auto h = h0, hr = h0;
@@ -731,6 +745,28 @@ TEST(VecMath, ExpMatchesLibmWithinFewUlp) {
   EXPECT_TRUE(std::isfinite(cpu::vexp(1000.0f)));
   EXPECT_EQ(cpu::vexp(0.0f), 1.0f);
   EXPECT_TRUE(std::isnan(cpu::vexp(std::nanf(""))));
+  if (cpu::simd_path() == cpu::SimdPath::Avx512) {
+    // exp16, the AVX-512 Mamba-1 scan's exp: the same bound, clamps and NaN.
+    std::vector<float> xs, ys;
+    for (double x = -87.0; x <= 88.0; x += 0.000731) xs.push_back(static_cast<float>(x));
+    xs.insert(xs.end(), {-1000.0f, 1000.0f, 0.0f, std::nanf(""), -87.3f, 88.0f});
+    ys.resize(xs.size());
+    cpu::exp_avx512(xs.data(), xs.size() - 5, ys.data());  // a ragged tail of 16 lanes
+    cpu::exp_avx512(xs.data() + xs.size() - 5, 5, ys.data() + xs.size() - 5);
+    double worst16 = 0;
+    for (size_t i = 0; i + 6 < xs.size(); ++i) {
+      const double want = std::exp(static_cast<double>(xs[i]));
+      worst16 = std::max(worst16, std::fabs(ys[i] - want) / want);
+    }
+    EXPECT_LT(worst16, 4e-7);
+    const size_t e = xs.size();
+    EXPECT_GT(ys[e - 6], 0.0f);
+    EXPECT_TRUE(std::isfinite(ys[e - 5]));
+    EXPECT_EQ(ys[e - 4], 1.0f);
+    EXPECT_TRUE(std::isnan(ys[e - 3]));
+    EXPECT_EQ(ys[e - 6], ys[e - 2]) << "below -87.3 clamps";
+    EXPECT_EQ(ys[e - 5], ys[e - 1]) << "above 88 clamps";
+  }
   // softplus against log1p(exp(x)) in double: relative error over [-80, 20] (below ~-87 vexp clamps
   // and the result floors at ~1e-38, see numerics.md; above 20 x passes through).
   double worst_sp = 0;

@@ -14,10 +14,11 @@
 // no horizontal work in the inner loop.
 //
 // Data movement: the activations of up to kBlockTokens tokens are packed once per call as
-// [tile of kMR tokens][lane class][j][token] (zero past T and K). Weights in lane panels
-// (WeightView::panels, the layout of weights copied at load) are read in place: a panel of kNR
-// rows is [lane group][j][lane in group][row], a register tile loads a (j, lane class) run of 32
-// rows as two vectors (bf16 widened in the loop).
+// [tile of kMR tokens][lane class][j][token] (zero past T and K; one token with K a multiple of 16
+// is read from x in place). Weights in lane panels (WeightView::panels, the layout of weights
+// copied at load) are read in place: a panel of kNR rows is [lane group][j][lane in group][row],
+// a register tile loads a (j, lane class) run of 32 rows as two vectors (bf16 widened in the loop,
+// or once per work item when it runs 4 or more token tiles on the panel).
 // Row-major weights (mapped from the checkpoint) are packed into that order per call, each thread
 // the panel it works on. Padding contributes fma(0, 0, acc) = acc, as the dot tile's masked tail
 // does. With no packing of weights, the tiles pay off from one token on (decode, batched decode);
@@ -329,7 +330,9 @@ void gemm_lanes_avx512(const KernelContext& ctx, const WeightView& W, const floa
         if (i_begin >= i_end) continue;
         // The panel's weights: in place (lane panels), or f32 in s.b, packed from row-major
         // rows or, for many tiles on one bf16 panel (prefill), widened once instead of in every
-        // tile. Tiles reading in place prefetch the thread's next panel.
+        // tile. Tiles reading in place prefetch the thread's next panel from the second tile on
+        // (a second tile of up to 6 tokens, tile_group, does not: 13 to 18 tokens in all; with
+        // runs split over tokens only the last run of a panel can).
         const void* b = nullptr;
         bool b16 = false, prefetch = false;
         if (W.panels && !(bf16 && i_end - i_begin >= kWidenMinTiles)) {

@@ -1,12 +1,13 @@
-// Prefill GEMM for f32 and bf16 weights on the AVX-512 path (used by cpu::matmul from
-// kGemmMinTokens tokens up). Bitwise the same result as the dot-product tiles, see gemm_cpu.cc.
+// The outer-product GEMM for f32 and bf16 weights on the AVX-512 path (cpu::matmul runs it on lane
+// panels at any token count, on row-major weights from kGemmMinTokens tokens up). Bitwise the same
+// result as the dot-product tiles, see gemm_cpu.cc.
 #pragma once
 
 #include "kernels/kernels.h"
 
 namespace hybridlm::cpu {
 
-// Below this, packing the weights per call costs more than the faster tile saves. bench_gemm on the
+// Row-major weights: below this, packing the weights per call costs more than the faster tile saves. bench_gemm on the
 // mamba2-130m projections, best of 10: dot tiles ahead by 8-11% at T = 32 and 3-9% at 48, even at
 // 56, GEMM ahead by 5-8% at 64 (and 32 sequences decoding together: dot tiles 300-380 t/s, GEMM
 // 241-300 with bf16 state).

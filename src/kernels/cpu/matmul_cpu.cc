@@ -1,8 +1,8 @@
 // y = x @ W^T for f32, bf16 or q8_0 weights. Each output element is one dot product whose
 // summation order depends only on K and the SIMD path (16-lane partial sums, then a fixed
 // reduction), never on T or on the tiling, so a token's result is bitwise identical alone or
-// inside any batch. From kGemmMinTokens tokens on AVX-512, gemm_cpu.cc computes the same sums as
-// outer products.
+// inside any batch. On AVX-512, gemm_cpu.cc computes the same sums as outer products: for weights
+// in lane panels at any T, for row-major weights from kGemmMinTokens tokens on.
 // Paths: AVX-512 register tiles (q8_0: AVX512_VNNI int8 dot products); the portable loops,
 // compiled once for AVX2 + FMA (the compiler vectorises them with 8 lanes) and once for the
 // baseline ISA.

@@ -1,6 +1,7 @@
-// The recurrent decode steps on AVX-512, and Mamba-1's prefill scan. A step reads and writes every element of a sequence's
-// state once, so at batch 32 these passes are the memory traffic of decode (mamba2-130m: 18.5 MiB
-// of f32 state per sequence); with bf16 storage they read and write it as bf16 directly.
+// The recurrent decode steps on AVX-512, and Mamba-1's prefill scan. A step reads and writes
+// every element of a sequence's state once, so at batch 32 these passes are the memory traffic of
+// decode (mamba2-130m: 18.5 MiB of f32 state per sequence); with bf16 storage they read and write
+// it as bf16 directly.
 #include "kernels/cpu/intrinsics.h"
 
 #include <algorithm>
@@ -140,8 +141,8 @@ inline void state_store(float v, uint16_t& out) { out = f32_to_bf16(v); }
 
 // Mamba-1 over T tokens, channels [ib, ie), 16 channels per vector (one per lane), d_state N <= 16:
 // per channel block the N state vectors (state element n of 16 channels) stay in registers for
-// all T tokens, and per token and n one exp16, two FMAs for h = exp(dt A) h + dt x B and one for
-// h . C. The portable loop did the same per lane with scalar set-up around it, and GCC kept its
+// all T tokens, and per token and n one exp16, a multiply and an FMA for h = exp(dt A) h + dt x B
+// and an FMA for h . C. The portable loop did the same per lane with scalar set-up around it, and GCC kept its
 // vexp half scalar: 25% of mamba-130m's prefill.
 template <class St>
 HYBRIDLM_AVX512 void m1_scan_channels(const float* x, int ld_x, const float* dt, const float* A, const float* B,
@@ -225,6 +226,13 @@ bool mamba1_step_avx512(const KernelContext& ctx, const float* x, const float* d
 bool mamba1_step_avx512(const KernelContext& ctx, const float* x, const float* dt, const float* A, const float* B,
                         const float* C, const float* D, const float* z, uint16_t* h, int I, int N, float* y) {
   return m1_step(ctx, x, dt, A, B, C, D, z, h, I, N, y);
+}
+
+HYBRIDLM_AVX512 void exp_avx512(const float* x, size_t n, float* y) {
+  for (size_t i = 0; i < n; i += 16) {
+    const __mmask16 m = static_cast<__mmask16>(n - i >= 16 ? 0xffff : (1u << (n - i)) - 1);
+    _mm512_mask_storeu_ps(y + i, m, exp16(_mm512_maskz_loadu_ps(m, x + i)));
+  }
 }
 
 bool mamba1_scan_avx512(const KernelContext& ctx, const float* x, int ld_x, const float* dt, const float* A,

@@ -2,6 +2,7 @@
 // on f32 or bf16 state, see ssm_step_avx512.cc.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "kernels/kernels.h"
@@ -22,6 +23,9 @@ bool mamba1_step_avx512(const KernelContext& ctx, const float* x, const float* d
                         const float* C, const float* D, const float* z, float* h, int I, int N, float* y);
 bool mamba1_step_avx512(const KernelContext& ctx, const float* x, const float* dt, const float* A, const float* B,
                         const float* C, const float* D, const float* z, uint16_t* h, int I, int N, float* y);
+
+// y[i] = exp16(x[i]), the exp of the AVX-512 Mamba-1 scan (for tests; needs AVX-512F).
+void exp_avx512(const float* x, size_t n, float* y);
 
 // cpu::mamba1_scan's contract for any T, h f32 or bf16 (read once, written once). Returns false,
 // having done nothing, unless d_state <= 16.
