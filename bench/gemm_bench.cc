@@ -8,7 +8,8 @@
 //
 // Prints GFLOP/s per shape and implementation, best of -r calls after a warm-up, each against
 // the FP32 FMA peak measured in the same process, and the f32 weights' bytes per second (the
-// decode figure at -T 1: the weights leave the caches between calls only when they outgrow them). Speed only: never run by ctest.
+// decode figure at -T 1: the weights leave the caches between calls only when they outgrow
+// them). Speed only: never run by ctest.
 #include <immintrin.h>
 
 #include <algorithm>

@@ -1,4 +1,5 @@
-// Prefill GEMM with the summation order of the dot-product tiles.
+// The outer-product GEMM (prefill, batched decode, and decode on lane panels) with the summation
+// order of the dot-product tiles.
 //
 // matmul's dot tiles give every output y[t, r] one fixed order: lane l (0..15) of a 16-lane
 // accumulator sums x[t, k] W[r, k] over k = l, l + 16, l + 32, ... with one FMA each, then the
@@ -140,7 +141,8 @@ HYBRIDLM_AVX512 void pack_rows(const WeightView& W, int KS, int r0, float* b) {
 HYBRIDLM_AVX512 void widen_panel(const uint16_t* b, size_t n, float* out) {
   for (size_t i = 0; i < n; i += 16)
     _mm512_storeu_ps(out + i, _mm512_castsi512_ps(_mm512_slli_epi32(
-                                  _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + i))), 16)));
+                                  _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + i))),
+                                  16)));
 }
 
 // 16 weights of a panel row run as f32 (bf16: widened, exact).
@@ -352,7 +354,8 @@ void gemm_lanes_avx512(const KernelContext& ctx, const WeightView& W, const floa
         for (int i = i_begin; i < i_end; ++i) {
           const int n_tok = std::min(kMR, nt - i * kMR);
           const float* ai = a + static_cast<size_t>(i) * tile_a;
-          if (direct) b16 ? tile_group<1, 4, true>(x, 1, kLanes, b, KS, lane) : tile_group<1, 4, false>(x, 1, kLanes, b, KS, lane);
+          if (direct && b16) tile_group<1, 4, true>(x, 1, kLanes, b, KS, lane);
+          else if (direct) tile_group<1, 4, false>(x, 1, kLanes, b, KS, lane);
           else if (b16) tile_panel_n<true>(n_tok, ai, b, KS, lane, prefetch && i == i_begin + 1 ? panel : 0);
           else tile_panel_n<false>(n_tok, ai, b, KS, lane, prefetch && i == i_begin + 1 ? panel : 0);
           finish_tile(lane, bias, r0, std::min(kNR, N - r0), t0 + i * kMR, n_tok, N, y);

@@ -78,7 +78,8 @@ HYBRIDLM_INLINE void panels_generic(const WeightView& W, const float* bias, cons
             for (int r = 0; r < kPanelRows; ++r) acc[l][r] += w_at<kBf16>(W.data, i + r) * xv;
           }
       for (int r = 0; r < n_rows; ++r) {
-        float s = ((acc[0][r] + acc[4][r]) + (acc[1][r] + acc[5][r])) + ((acc[2][r] + acc[6][r]) + (acc[3][r] + acc[7][r]));
+        const float s =
+            ((acc[0][r] + acc[4][r]) + (acc[1][r] + acc[5][r])) + ((acc[2][r] + acc[6][r]) + (acc[3][r] + acc[7][r]));
         y[static_cast<size_t>(t) * W.rows + r0 + r] = s + (bias ? bias[r0 + r] : 0.0f);
       }
     }
@@ -503,8 +504,10 @@ void matmul(const KernelContext& ctx, const WeightView& W, const float* bias, co
     const size_t n_panels = (static_cast<size_t>(W.rows) + kPanelRows - 1) / kPanelRows;
     parallel(ctx, n_panels, 1, [&](size_t pb, size_t pe) {
       const int b = static_cast<int>(pb), e = static_cast<int>(pe);
-      if (path == SimdPath::Avx2) bf16 ? panels_avx2<true>(W, bias, x, T, y, b, e) : panels_avx2<false>(W, bias, x, T, y, b, e);
-      else bf16 ? panels_portable<true>(W, bias, x, T, y, b, e) : panels_portable<false>(W, bias, x, T, y, b, e);
+      if (path == SimdPath::Avx2 && bf16) panels_avx2<true>(W, bias, x, T, y, b, e);
+      else if (path == SimdPath::Avx2) panels_avx2<false>(W, bias, x, T, y, b, e);
+      else if (bf16) panels_portable<true>(W, bias, x, T, y, b, e);
+      else panels_portable<false>(W, bias, x, T, y, b, e);
     });
     return;
   }

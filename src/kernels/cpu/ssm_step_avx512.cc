@@ -180,7 +180,8 @@ HYBRIDLM_AVX512 void m1_scan_channels(const float* x, int ld_x, const float* dt,
         acc = _mm512_fmadd_ps(hs[n], _mm512_set1_ps(Ct[n]), acc);
       }
       const __m512 zv = _mm512_maskz_loadu_ps(m, z + static_cast<size_t>(t) * ld_z + i0);
-      const __m512 silu = _mm512_div_ps(zv, _mm512_add_ps(_mm512_set1_ps(1.0f), exp16(_mm512_sub_ps(_mm512_setzero_ps(), zv))));
+      const __m512 neg_z = _mm512_sub_ps(_mm512_setzero_ps(), zv);
+      const __m512 silu = _mm512_div_ps(zv, _mm512_add_ps(_mm512_set1_ps(1.0f), exp16(neg_z)));
       _mm512_mask_storeu_ps(y + static_cast<size_t>(t) * I + i0, m, _mm512_mul_ps(_mm512_fmadd_ps(Dv, xv, acc), silu));
     }
     for (int n = 0; n < N; ++n) {
