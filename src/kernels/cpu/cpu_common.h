@@ -4,11 +4,13 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 
 #include "base/thread_pool.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/kernels.h"
+#include "tensor/dtype.h"
 
 #define HYBRIDLM_INLINE inline __attribute__((always_inline))
 #define HYBRIDLM_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,fma")))
@@ -39,6 +41,13 @@
   }
 
 namespace hybridlm::cpu {
+
+// A recurrent state element as f32, and back: f32 storage as is, bf16 storage (uint16_t) widened
+// and rounded to nearest even. Both are branch-free and vectorise.
+HYBRIDLM_INLINE float widen(float v) { return v; }
+HYBRIDLM_INLINE float widen(uint16_t v) { return bf16_to_f32(v); }
+HYBRIDLM_INLINE void narrow(float v, float& out) { out = v; }
+HYBRIDLM_INLINE void narrow(float v, uint16_t& out) { out = f32_to_bf16(v); }
 
 inline void parallel(const KernelContext& ctx, size_t n, size_t grain, const std::function<void(size_t, size_t)>& fn) {
   if (ctx.pool) ctx.pool->parallel_for(n, fn, grain);

@@ -85,15 +85,8 @@ HYBRIDLM_INLINE void panels_generic(const WeightView& W, const float* bias, cons
     }
   }
 }
-template <bool kBf16>
-HYBRIDLM_AVX2 void panels_avx2(const WeightView& W, const float* bias, const float* x, int T, float* y, int pb,
-                               int pe) {
-  panels_generic<kBf16>(W, bias, x, T, y, pb, pe);
-}
-template <bool kBf16>
-void panels_portable(const WeightView& W, const float* bias, const float* x, int T, float* y, int pb, int pe) {
-  panels_generic<kBf16>(W, bias, x, T, y, pb, pe);
-}
+HYBRIDLM_SIMD_VARIANTS(panels_f32, panels_generic<false>)
+HYBRIDLM_SIMD_VARIANTS(panels_bf16, panels_generic<true>)
 
 template <bool kBf16>
 HYBRIDLM_AVX2 void rows_avx2(const WeightView& W, const float* bias, const float* x, int T, float* y, int rb,
@@ -504,10 +497,8 @@ void matmul(const KernelContext& ctx, const WeightView& W, const float* bias, co
     const size_t n_panels = (static_cast<size_t>(W.rows) + kPanelRows - 1) / kPanelRows;
     parallel(ctx, n_panels, 1, [&](size_t pb, size_t pe) {
       const int b = static_cast<int>(pb), e = static_cast<int>(pe);
-      if (path == SimdPath::Avx2 && bf16) panels_avx2<true>(W, bias, x, T, y, b, e);
-      else if (path == SimdPath::Avx2) panels_avx2<false>(W, bias, x, T, y, b, e);
-      else if (bf16) panels_portable<true>(W, bias, x, T, y, b, e);
-      else panels_portable<false>(W, bias, x, T, y, b, e);
+      if (bf16) panels_bf16_dispatch(W, bias, x, T, y, b, e);
+      else panels_f32_dispatch(W, bias, x, T, y, b, e);
     });
     return;
   }

@@ -18,13 +18,6 @@ namespace hybridlm::cpu {
 
 namespace {
 
-// A recurrent state element as f32, and back: f32 storage as is, bf16 storage (uint16_t) widened
-// and rounded to nearest even. Both are branch-free and vectorise.
-HYBRIDLM_INLINE float widen(float v) { return v; }
-HYBRIDLM_INLINE float widen(uint16_t v) { return bf16_to_f32(v); }
-HYBRIDLM_INLINE void narrow(float v, float& out) { out = v; }
-HYBRIDLM_INLINE void narrow(float v, uint16_t& out) { out = f32_to_bf16(v); }
-
 // ---- RMSNorm ------------------------------------------------------------------------------------
 HYBRIDLM_INLINE void rmsnorm_rows(const float* x, const float* w, int d, float eps, float* y,
                                   size_t tb, size_t te) {

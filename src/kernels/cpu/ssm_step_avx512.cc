@@ -10,7 +10,6 @@
 #include "kernels/cpu/cpu_common.h"
 #include "kernels/cpu/ssm_step_avx512.h"
 #include "kernels/cpu/vec_math.h"
-#include "tensor/dtype.h"
 
 namespace hybridlm::cpu {
 
@@ -134,11 +133,6 @@ HYBRIDLM_AVX512 HYBRIDLM_INLINE __m512 exp16(__m512 x_in) {
   return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x_in, x_in, _CMP_UNORD_Q), e, x_in);
 }
 
-inline float state_f32(float v) { return v; }
-inline float state_f32(uint16_t v) { return bf16_to_f32(v); }
-inline void state_store(float v, float& out) { out = v; }
-inline void state_store(float v, uint16_t& out) { out = f32_to_bf16(v); }
-
 // Mamba-1 over T tokens, channels [ib, ie), 16 channels per vector (one per lane), d_state N <= 16:
 // per channel block the N state vectors (state element n of 16 channels) stay in registers for
 // all T tokens, and per token and n one exp16, a multiply and an FMA for h = exp(dt A) h + dt x B
@@ -159,7 +153,7 @@ HYBRIDLM_AVX512 void m1_scan_channels(const float* x, int ld_x, const float* dt,
         hs[n] = as[n] = _mm512_setzero_ps();
         continue;
       }
-      for (int l = 0; l < 16; ++l) tmp[l] = l < nc ? state_f32(h[(i0 + l) * N + n]) : 0.0f;
+      for (int l = 0; l < 16; ++l) tmp[l] = l < nc ? widen(h[(i0 + l) * N + n]) : 0.0f;
       hs[n] = _mm512_load_ps(tmp);
       for (int l = 0; l < 16; ++l) tmp[l] = l < nc ? A[(i0 + l) * N + n] : 0.0f;
       as[n] = _mm512_load_ps(tmp);
@@ -186,7 +180,7 @@ HYBRIDLM_AVX512 void m1_scan_channels(const float* x, int ld_x, const float* dt,
     }
     for (int n = 0; n < N; ++n) {
       _mm512_store_ps(tmp, hs[n]);
-      for (int l = 0; l < nc; ++l) state_store(tmp[l], h[(i0 + l) * N + n]);
+      for (int l = 0; l < nc; ++l) narrow(tmp[l], h[(i0 + l) * N + n]);
     }
   }
 }
