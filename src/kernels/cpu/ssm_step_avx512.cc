@@ -143,6 +143,7 @@ HYBRIDLM_AVX512 void m1_scan_channels(const float* x, int ld_x, const float* dt,
                                       const float* C, int ld_bc, const float* D, const float* z, int ld_z, St* h, int T,
                                       int I, int N, float* y, size_t ib, size_t ie) {
   constexpr int kMaxN = 16;
+  constexpr int kAhead = 8;  // tokens
   for (size_t i0 = ib; i0 < ie; i0 += 16) {
     const int nc = static_cast<int>(std::min<size_t>(16, ie - i0));
     const __mmask16 m = static_cast<__mmask16>((1u << nc) - 1);
@@ -160,6 +161,13 @@ HYBRIDLM_AVX512 void m1_scan_channels(const float* x, int ld_x, const float* dt,
     }
     const __m512 Dv = _mm512_maskz_loadu_ps(m, D + i0);
     for (int t = 0; t < T; ++t) {
+      if (t + kAhead < T) {  // rows I floats apart: a new page per token, which no prefetcher follows
+        const size_t ta = static_cast<size_t>(t + kAhead);
+        _mm_prefetch(reinterpret_cast<const char*>(dt + ta * I + i0), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(x + ta * ld_x + i0), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(z + ta * ld_z + i0), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(y + ta * I + i0), _MM_HINT_T0);
+      }
       const __m512 d = _mm512_maskz_loadu_ps(m, dt + static_cast<size_t>(t) * I + i0);
       const __m512 xv = _mm512_maskz_loadu_ps(m, x + static_cast<size_t>(t) * ld_x + i0);
       const __m512 dx = _mm512_mul_ps(d, xv);
