@@ -257,6 +257,8 @@ void gated_rmsnorm(const KernelContext& ctx, const float* y, const float* z, int
 void conv1d_causal(const KernelContext& ctx, const float* x, int ld_x, const float* w,
                    const float* bias, float* state, int T, int C, int K, bool apply_silu,
                    float* out) {
+  if (T == 1 && simd_path() == SimdPath::Avx512 && conv_step_avx512(ctx, x, w, bias, state, C, K, apply_silu, out))
+    return;
   parallel(ctx, C, 64, [&](size_t b, size_t e) {
     conv_dispatch(x, ld_x, w, bias, state, T, C, K, apply_silu, out, b, e);
   });

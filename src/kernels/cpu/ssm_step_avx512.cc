@@ -133,6 +133,49 @@ HYBRIDLM_AVX512 HYBRIDLM_INLINE __m512 exp16(__m512 x_in) {
   return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x_in, x_in, _CMP_UNORD_Q), e, x_in);
 }
 
+// The causal conv of one token (decode) with K = 4 taps, channels [cb, ce). The prefill kernel
+// (conv_channels) copies its channels' taps to (K, channels) on every call, which at decode costs
+// as much as the conv itself, once per sequence and layer in a batched step. Here the taps of 16
+// channels, 64 contiguous floats of the (C, 4) weight, are transposed in registers. Per channel
+// the same operations in the same order as conv_channels (a multiply and an add per tap, from the
+// bias or 0, then vsilu): bitwise its result (tested).
+HYBRIDLM_AVX512 void conv4_step_channels(const float* x, const float* w, const float* bias, float* state, int C,
+                                         bool act, float* out, size_t cb, size_t ce) {
+  // tap k of channel j of the block is float 4 (j % 8) + k of the pair (w0, w1) for j < 8, (w2, w3) after
+  __m512i idx[4];
+  for (int k = 0; k < 4; ++k)
+    idx[k] = _mm512_add_epi32(_mm512_slli_epi32(_mm512_and_si512(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6,
+                                                                                  5, 4, 3, 2, 1, 0),
+                                                                 _mm512_set1_epi32(7)),
+                                                2),
+                              _mm512_set1_epi32(k));
+  const size_t ld = static_cast<size_t>(C);
+  for (size_t c0 = cb; c0 < ce; c0 += 16) {
+    const int nc = static_cast<int>(std::min<size_t>(16, ce - c0));
+    const __mmask16 m = static_cast<__mmask16>((1u << nc) - 1);
+    __m512 wq[4];
+    for (int q = 0; q < 4; ++q) {
+      const int valid = std::clamp(4 * nc - 16 * q, 0, 16);  // floats of this quarter in range
+      wq[q] = _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << valid) - 1), w + 4 * c0 + 16 * q);
+    }
+    const __m512 s0 = _mm512_maskz_loadu_ps(m, state + c0), s1 = _mm512_maskz_loadu_ps(m, state + ld + c0);
+    const __m512 s2 = _mm512_maskz_loadu_ps(m, state + 2 * ld + c0), xv = _mm512_maskz_loadu_ps(m, x + c0);
+    const __m512 in[4] = {s0, s1, s2, xv};
+    __m512 o = bias ? _mm512_maskz_loadu_ps(m, bias + c0) : _mm512_setzero_ps();
+    for (int k = 0; k < 4; ++k) {
+      const __m512 tap = _mm512_mask_blend_ps(0xFF00, _mm512_permutex2var_ps(wq[0], idx[k], wq[1]),
+                                              _mm512_permutex2var_ps(wq[2], idx[k], wq[3]));
+      o = _mm512_add_ps(o, _mm512_mul_ps(tap, in[k]));
+    }
+    _mm512_mask_storeu_ps(out + c0, m, o);
+    _mm512_mask_storeu_ps(state + c0, m, s1);
+    _mm512_mask_storeu_ps(state + ld + c0, m, s2);
+    _mm512_mask_storeu_ps(state + 2 * ld + c0, m, xv);
+  }
+  if (act)
+    for (size_t c = cb; c < ce; ++c) out[c] = vsilu(out[c]);
+}
+
 // Mamba-1 over T tokens, channels [ib, ie), 16 channels per vector (one per lane), d_state N <= 16:
 // per channel block the N state vectors (state element n of 16 channels) stay in registers for
 // all T tokens, and per token and n one exp16, a multiply and an FMA for h = exp(dt A) h + dt x B
@@ -229,6 +272,13 @@ bool mamba1_step_avx512(const KernelContext& ctx, const float* x, const float* d
 bool mamba1_step_avx512(const KernelContext& ctx, const float* x, const float* dt, const float* A, const float* B,
                         const float* C, const float* D, const float* z, uint16_t* h, int I, int N, float* y) {
   return m1_step(ctx, x, dt, A, B, C, D, z, h, I, N, y);
+}
+
+bool conv_step_avx512(const KernelContext& ctx, const float* x, const float* w, const float* bias, float* state,
+                      int C, int K, bool apply_silu, float* out) {
+  if (K != 4) return false;
+  parallel(ctx, C, 64, [&](size_t b, size_t e) { conv4_step_channels(x, w, bias, state, C, apply_silu, out, b, e); });
+  return true;
 }
 
 HYBRIDLM_AVX512 void exp_avx512(const float* x, size_t n, float* y) {
