@@ -27,6 +27,7 @@
 #include "kernels/cpu/gemm_cpu.h"
 
 #include <algorithm>
+#include <atomic>
 #include <type_traits>
 #include <vector>
 
@@ -320,11 +321,23 @@ void gemm_lanes_avx512(const KernelContext& ctx, const WeightView& W, const floa
     const int threads = ctx.pool ? ctx.pool->size() : 1;
     const int runs = std::clamp(static_cast<int>((4 * threads + n_panels - 1) / n_panels), 1, n_tiles);
     const int tiles_per_run = (n_tiles + runs - 1) / runs;
-    parallel(ctx, n_panels * runs, 1, [&](size_t wb, size_t we) {
+    // Threads take blocks of consecutive items from a shared counter rather than fixed halves: on
+    // a shared host one thread often runs slower for a while, and a fixed split makes the other
+    // wait for it at the end of every call. Each output is one item's work, so the result does
+    // not depend on who computes it.
+    const size_t n_items = n_panels * runs;
+    const size_t block = std::max<size_t>(1, n_items / (8 * static_cast<size_t>(threads)));
+    std::atomic<size_t> next_item{0};
+    parallel(ctx, static_cast<size_t>(threads), 1, [&](size_t, size_t) {
       GemmScratch& s = scratch();
       float* lane = grow(s.lane, static_cast<size_t>(kLanes) * kMR * kNR);
-      int packed = -1;  // the panel in s.b, packed or widened (a thread's items are consecutive)
-      for (size_t w = wb; w < we; ++w) {
+      int packed = -1;  // the panel in s.b, packed or widened (a block's items are consecutive)
+      for (size_t w = 0, we = 0;; ++w) {
+        if (w == we) {  // the next block
+          w = next_item.fetch_add(block, std::memory_order_relaxed);
+          if (w >= n_items) break;
+          we = std::min(n_items, w + block);
+        }
         const size_t p = w / runs;
         const int r0 = static_cast<int>(p) * kNR;
         const int i_begin = static_cast<int>(w % runs) * tiles_per_run;
@@ -332,7 +345,7 @@ void gemm_lanes_avx512(const KernelContext& ctx, const WeightView& W, const floa
         if (i_begin >= i_end) continue;
         // The panel's weights: in place (lane panels), or f32 in s.b, packed from row-major
         // rows or, for many tiles on one bf16 panel (prefill), widened once instead of in every
-        // tile. Tiles reading in place prefetch the thread's next panel from the second tile on
+        // tile. Tiles reading in place prefetch the block's next panel from the second tile on
         // (a second tile of up to 6 tokens, tile_group, does not: 13 to 18 tokens in all; with
         // runs split over tokens only the last run of a panel can).
         const void* b = nullptr;
