@@ -50,6 +50,15 @@ std::shared_ptr<MappedFile> MappedFile::open(const std::filesystem::path& path, 
   return f;
 }
 
+void MappedFile::release(const uint8_t* p, size_t n) const {
+  if (!mapped_ || p < data_ || n == 0 || p + n > data_ + size_) return;
+  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = (reinterpret_cast<uintptr_t>(p) + page - 1) / page * page;
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(p) + n) / page * page;
+  // A read-only private mapping never written: its pages come back unchanged from the file.
+  if (begin < end) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+}
+
 MappedFile::~MappedFile() {
   if (mapped_ && data_) ::munmap(const_cast<uint8_t*>(data_), size_);
 }

@@ -22,6 +22,10 @@ class MappedFile {
   const uint8_t* data() const { return data_; }
   size_t size() const { return size_; }
   const std::filesystem::path& path() const { return path_; }
+  // A mapped file: drops the whole pages inside [p, p + n) from this process's memory (a later
+  // read maps them again from the file). Loading that copies weights out of the file calls it so
+  // the file does not stay resident beside the copy. No-op for a file read into memory.
+  void release(const uint8_t* p, size_t n) const;
 
  private:
   MappedFile() = default;

@@ -146,6 +146,11 @@ int64_t TensorInfo::numel() const {
 
 void TensorInfo::to_f32(float* out) const { to_f32(out, 0, static_cast<size_t>(numel())); }
 
+void TensorInfo::release(size_t first, size_t n) const {
+  if (source && first <= static_cast<size_t>(numel()) && n <= static_cast<size_t>(numel()) - first)
+    source->release(data + first * dtype_size(dtype), n * dtype_size(dtype));
+}
+
 void TensorInfo::to_f32(float* out, size_t first, size_t n) const {
   check(first <= static_cast<size_t>(numel()) && n <= static_cast<size_t>(numel()) - first,
         file + ": tensor '" + name + "': element range out of bounds");
@@ -245,6 +250,7 @@ SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path, bool us
                               "] are beyond the " + std::to_string(data_size) +
                               "-byte data section (truncated file?)");
     info.data = base + data_start + b;
+    info.source = out.file_.get();
     auto [pos, inserted] = out.tensors_.emplace(key, std::move(info));
     ranges.push_back({b, e, &pos->first});
   }

@@ -24,12 +24,15 @@ struct TensorInfo {
   const uint8_t* data = nullptr;  // points into the mapped file
   size_t nbytes = 0;
   std::string file;  // the file it came from (for error messages)
+  const MappedFile* source = nullptr;  // the file's bytes (shared by every copy of the checkpoint)
 
   int64_t numel() const;
   // Converts to f32 (from F32, F16, BF16 or F64); throws Error naming the tensor for other dtypes.
   void to_f32(float* out) const;
   // Elements [first, first + n) only.
   void to_f32(float* out, size_t first, size_t n) const;
+  // Elements [first, first + n), once copied out: MappedFile::release of their bytes.
+  void release(size_t first, size_t n) const;
 };
 
 class SafetensorsFile {

@@ -11,7 +11,10 @@ namespace hybridlm {
 Model Model::load(const std::filesystem::path& dir, const LoadOptions& opt) {
   Model m;
   m.cfg_ = load_config(dir, opt.mamba2_norm);
-  auto ckpt = std::make_shared<const Checkpoint>(Checkpoint::open(dir, opt.use_mmap));
+  // The files are always mapped. Without use_mmap every matrix is copied out of them (and its
+  // pages released, WeightReader::slice) and the mapping is closed once loading ends: reading the
+  // whole files into memory first held them beside the copy (peak RSS twice the weights).
+  auto ckpt = std::make_shared<const Checkpoint>(Checkpoint::open(dir, /*use_mmap=*/true));
   const WeightReader r(*ckpt, opt.dtype, /*zero_copy=*/opt.use_mmap);
   const HybridConfig& c = m.cfg_;
   const int64_t H = c.d_model, V = c.vocab_size;

@@ -52,6 +52,7 @@ Matrix WeightReader::slice(const TensorInfo& t, int64_t row0, int rows, int cols
   }
   std::vector<float> f(n);
   t.to_f32(f.data(), first, n);  // only this slice (an expert of a stacked tensor)
+  t.release(first, n);           // copied: the file's pages need not stay resident beside the copy
   // q8_0 only where a row is whole 64-code steps and the codes and scales, rows padded to whole
   // 16-row panels, take less memory than f32: a narrow or very short matrix (Mamba-1's dt_proj at
   // dt_rank 48, a one-row adapter) would grow with the padding, and is too small to matter; it
