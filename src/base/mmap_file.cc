@@ -29,11 +29,13 @@ std::shared_ptr<MappedFile> MappedFile::open(const std::filesystem::path& path, 
   }
   if (use_mmap) {
     void* p = ::mmap(nullptr, f->size_, PROT_READ, MAP_PRIVATE, fd, 0);
-    ::close(fd);
-    if (p == MAP_FAILED) throw Error(path.string() + ": mmap failed: " + std::strerror(errno));
-    f->data_ = static_cast<const uint8_t*>(p);
-    f->mapped_ = true;
-    return f;
+    if (p != MAP_FAILED) {
+      ::close(fd);
+      f->data_ = static_cast<const uint8_t*>(p);
+      f->mapped_ = true;
+      return f;
+    }
+    // A file system that cannot map files: read it whole, as without use_mmap.
   }
   f->owned_.reset(new uint8_t[f->size_]);
   size_t done = 0;

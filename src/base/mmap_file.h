@@ -11,8 +11,8 @@ namespace hybridlm {
 
 class MappedFile {
  public:
-  // use_mmap=false reads the whole file into anonymous memory (benchmarks: the memory-reclaim daemon
-  // of our VMs pages out mapped files mid-run).
+  // use_mmap=false, or a file that cannot be mapped, reads the whole file into anonymous memory.
+  // (Model::load always maps; without --mmap it copies the weights out, releasing pages as it goes.)
   static std::shared_ptr<MappedFile> open(const std::filesystem::path& path, bool use_mmap = true);
   ~MappedFile();
   MappedFile(const MappedFile&) = delete;

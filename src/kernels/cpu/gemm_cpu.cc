@@ -325,10 +325,12 @@ void gemm_lanes_avx512(const KernelContext& ctx, const WeightView& W, const floa
     // a shared host one thread often runs slower for a while, and a fixed split makes the other
     // wait for it at the end of every call. Each output is one item's work, so the result does
     // not depend on who computes it.
-    const size_t n_items = n_panels * runs;
-    const size_t block = std::max<size_t>(1, n_items / (8 * static_cast<size_t>(threads)));
+    // Blocks of at least 4 items where there are enough (the next-panel prefetch stays inside a
+    // block; out_proj's 24 panels would otherwise go one at a time).
+    const size_t n_items = n_panels * runs, n_threads = static_cast<size_t>(threads);
+    const size_t block = std::max<size_t>({1, std::min<size_t>(4, n_items / n_threads), n_items / (8 * n_threads)});
     std::atomic<size_t> next_item{0};
-    parallel(ctx, static_cast<size_t>(threads), 1, [&](size_t, size_t) {
+    parallel(ctx, std::min(n_threads, n_items), 1, [&](size_t, size_t) {
       GemmScratch& s = scratch();
       float* lane = grow(s.lane, static_cast<size_t>(kLanes) * kMR * kNR);
       int packed = -1;  // the panel in s.b, packed or widened (a block's items are consecutive)

@@ -137,8 +137,9 @@ HYBRIDLM_AVX512 HYBRIDLM_INLINE __m512 exp16(__m512 x_in) {
 // (conv_channels) copies its channels' taps to (K, channels) on every call, which at decode costs
 // as much as the conv itself, once per sequence and layer in a batched step. Here the taps of 16
 // channels, 64 contiguous floats of the (C, 4) weight, are transposed in registers. Per channel
-// the same operations in the same order as conv_channels (a multiply and an add per tap, from the
-// bias or 0, then vsilu): bitwise its result (tested).
+// the same operations in the same order as conv_channels: from the bias or 0, one FMA per tap
+// (its `o += w * x`, which GCC contracts in C++ by default and clang within an expression), then
+// vsilu: bitwise its result (tested; a build with -ffp-contract=off would break that test).
 HYBRIDLM_AVX512 void conv4_step_channels(const float* x, const float* w, const float* bias, float* state, int C,
                                          bool act, float* out, size_t cb, size_t ce) {
   // tap k of channel j of the block is float 4 (j % 8) + k of the pair (w0, w1) for j < 8, (w2, w3) after
@@ -165,7 +166,7 @@ HYBRIDLM_AVX512 void conv4_step_channels(const float* x, const float* w, const f
     for (int k = 0; k < 4; ++k) {
       const __m512 tap = _mm512_mask_blend_ps(0xFF00, _mm512_permutex2var_ps(wq[0], idx[k], wq[1]),
                                               _mm512_permutex2var_ps(wq[2], idx[k], wq[3]));
-      o = _mm512_add_ps(o, _mm512_mul_ps(tap, in[k]));
+      o = _mm512_fmadd_ps(tap, in[k], o);
     }
     _mm512_mask_storeu_ps(out + c0, m, o);
     _mm512_mask_storeu_ps(state + c0, m, s1);
@@ -206,10 +207,11 @@ HYBRIDLM_AVX512 void m1_scan_channels(const float* x, int ld_x, const float* dt,
     for (int t = 0; t < T; ++t) {
       if (t + kAhead < T) {  // rows I floats apart: a new page per token, which no prefetcher follows
         const size_t ta = static_cast<size_t>(t + kAhead);
-        _mm_prefetch(reinterpret_cast<const char*>(dt + ta * I + i0), _MM_HINT_T0);
-        _mm_prefetch(reinterpret_cast<const char*>(x + ta * ld_x + i0), _MM_HINT_T0);
-        _mm_prefetch(reinterpret_cast<const char*>(z + ta * ld_z + i0), _MM_HINT_T0);
-        _mm_prefetch(reinterpret_cast<const char*>(y + ta * I + i0), _MM_HINT_T0);
+        const float* yt = y + ta * I + i0;
+        for (const float* p : {dt + ta * I + i0, x + ta * ld_x + i0, z + ta * ld_z + i0, yt}) {
+          _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0);  // the 16 floats' first line
+          _mm_prefetch(reinterpret_cast<const char*>(p + 15), _MM_HINT_T0);  // and last, if another
+        }
       }
       const __m512 d = _mm512_maskz_loadu_ps(m, dt + static_cast<size_t>(t) * I + i0);
       const __m512 xv = _mm512_maskz_loadu_ps(m, x + static_cast<size_t>(t) * ld_x + i0);
