@@ -319,7 +319,10 @@ TEST_F(Kernels, ConvMatchesRefAndCarriesState) {
         EXPECT_LT(rel_err(o2.data(), orf.data(), o2.n), tol::kConv);
         EXPECT_LT(rel_err(s2.data(), sr.data(), s2.size()), 1e-7);
         // Token by token (the decode kernel; AVX-512 with K = 4: taps transposed in registers)
-        // gives bitwise what one call of T tokens gives, with and without a bias.
+        // gives what one call of T tokens gives, with and without a bias: the state bitwise, the
+        // outputs to rounding. (Bitwise in optimised builds, where the compilers contract the
+        // prefill loop's multiply-add into the FMA the decode kernel uses; GCC at -O1, the
+        // sanitizer build, does not.)
         for (const float* bias : {static_cast<const float*>(b.data()), static_cast<const float*>(nullptr)}) {
           auto s_all = s0, s_one = s0;
           std::vector<float> o_all(T * C), o_one(T * C);
@@ -327,7 +330,7 @@ TEST_F(Kernels, ConvMatchesRefAndCarriesState) {
           for (int t = 0; t < T; ++t)
             cpu::conv1d_causal(ctx, x.data() + t * ld_x, ld_x, w.data(), bias, s_one.data(), 1, C, K, true,
                                o_one.data() + t * C);
-          EXPECT_EQ(o_one, o_all);
+          EXPECT_LT(rel_err(o_one.data(), o_all.data(), o_all.size()), 1e-6);
           EXPECT_EQ(s_one, s_all);
         }
       }

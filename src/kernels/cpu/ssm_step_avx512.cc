@@ -137,19 +137,17 @@ HYBRIDLM_AVX512 HYBRIDLM_INLINE __m512 exp16(__m512 x_in) {
 // (conv_channels) copies its channels' taps to (K, channels) on every call, which at decode costs
 // as much as the conv itself, once per sequence and layer in a batched step. Here the taps of 16
 // channels, 64 contiguous floats of the (C, 4) weight, are transposed in registers. Per channel
-// the same operations in the same order as conv_channels: from the bias or 0, one FMA per tap
-// (its `o += w * x`, which GCC contracts in C++ by default and clang within an expression), then
-// vsilu: bitwise its result (tested; a build with -ffp-contract=off would break that test).
+// the same operations in the same order as conv_channels: from the bias or 0, one FMA per tap,
+// then vsilu. That is bitwise its result where the compiler contracts its `o += w * x` into an
+// FMA (GCC from -O2 in C++, clang within an expression: the release builds), and within rounding
+// where it does not (GCC at -O1, the sanitizer build); the test allows that rounding.
 HYBRIDLM_AVX512 void conv4_step_channels(const float* x, const float* w, const float* bias, float* state, int C,
                                          bool act, float* out, size_t cb, size_t ce) {
-  // tap k of channel j of the block is float 4 (j % 8) + k of the pair (w0, w1) for j < 8, (w2, w3) after
+  // Tap k of the block's channel j is float 4 (j % 8) + k of the pair of quarters (wq0, wq1) for
+  // j < 8 and of (wq2, wq3) for j >= 8.
+  const __m512i j8 = _mm512_set_epi32(7, 6, 5, 4, 3, 2, 1, 0, 7, 6, 5, 4, 3, 2, 1, 0);
   __m512i idx[4];
-  for (int k = 0; k < 4; ++k)
-    idx[k] = _mm512_add_epi32(_mm512_slli_epi32(_mm512_and_si512(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6,
-                                                                                  5, 4, 3, 2, 1, 0),
-                                                                 _mm512_set1_epi32(7)),
-                                                2),
-                              _mm512_set1_epi32(k));
+  for (int k = 0; k < 4; ++k) idx[k] = _mm512_add_epi32(_mm512_slli_epi32(j8, 2), _mm512_set1_epi32(k));
   const size_t ld = static_cast<size_t>(C);
   for (size_t c0 = cb; c0 < ce; c0 += 16) {
     const int nc = static_cast<int>(std::min<size_t>(16, ce - c0));
@@ -157,7 +155,8 @@ HYBRIDLM_AVX512 void conv4_step_channels(const float* x, const float* w, const f
     __m512 wq[4];
     for (int q = 0; q < 4; ++q) {
       const int valid = std::clamp(4 * nc - 16 * q, 0, 16);  // floats of this quarter in range
-      wq[q] = _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << valid) - 1), w + 4 * c0 + 16 * q);
+      wq[q] = valid == 0 ? _mm512_setzero_ps()
+                         : _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << valid) - 1), w + 4 * c0 + 16 * q);
     }
     const __m512 s0 = _mm512_maskz_loadu_ps(m, state + c0), s1 = _mm512_maskz_loadu_ps(m, state + ld + c0);
     const __m512 s2 = _mm512_maskz_loadu_ps(m, state + 2 * ld + c0), xv = _mm512_maskz_loadu_ps(m, x + c0);
