@@ -110,23 +110,15 @@ HYBRIDLM_AVX512 inline __m512 load_w16(const void* W, size_t i, __mmask16 m) {
   }
 }
 
-// Where rows r0, r0 + 1, ... of a tile live (row-major): element (r0 + j, k) at base + j * rs +
-// (k / 16) * ks + k % 16.
-struct TileRows {
-  size_t base, rs, ks;
-};
-inline TileRows tile_rows(const WeightView& W, int r0) {
-  return {static_cast<size_t>(r0) * W.cols, static_cast<size_t>(W.cols), 16};
-}
-
 // One k-step of the tile: RR weight vectors, RT activation vectors, RT x RR FMAs.
 template <bool kBf16, int RT, int RR>
-HYBRIDLM_AVX512 inline __attribute__((always_inline)) void tile_step(const WeightView& W, const TileRows& wr,
+// (The dot tiles read row-major weights: element (r, k) at r * K + k; w0 = r0 * K.)
+HYBRIDLM_AVX512 inline __attribute__((always_inline)) void tile_step(const WeightView& W, size_t w0,
                                                                     const float* x, int t0, int K, int k,
                                                                     __mmask16 m, __m512 (&acc)[RT][RR]) {
   __m512 wv[RR];
 #pragma GCC unroll 8
-  for (int r = 0; r < RR; ++r) wv[r] = load_w16<kBf16>(W.data, wr.base + r * wr.rs + (k / 16) * wr.ks, m);
+  for (int r = 0; r < RR; ++r) wv[r] = load_w16<kBf16>(W.data, w0 + r * static_cast<size_t>(K) + k, m);
 #pragma GCC unroll 4
   for (int t = 0; t < RT; ++t) {
     const __m512 xv = _mm512_maskz_loadu_ps(m, x + static_cast<size_t>(t0 + t) * K + k);
@@ -139,7 +131,7 @@ template <bool kBf16, int RT, int RR>
 HYBRIDLM_AVX512 void tile_avx512(const WeightView& W, const float* bias, const float* x, int t0,
                                  int r0, float* y) {
   const int K = W.cols;
-  const TileRows wr = tile_rows(W, r0);
+  const size_t w0 = static_cast<size_t>(r0) * K;
   __m512 acc[RT][RR];
 #pragma GCC unroll 4
   for (int t = 0; t < RT; ++t)
@@ -147,8 +139,8 @@ HYBRIDLM_AVX512 void tile_avx512(const WeightView& W, const float* bias, const f
     for (int r = 0; r < RR; ++r) acc[t][r] = _mm512_setzero_ps();
   // Full 16-lane steps, then one masked step for the tail: the same per-lane order either way.
   int k = 0;
-  for (; k + 16 <= K; k += 16) tile_step<kBf16, RT, RR>(W, wr, x, t0, K, k, static_cast<__mmask16>(0xffff), acc);
-  if (k < K) tile_step<kBf16, RT, RR>(W, wr, x, t0, K, k, static_cast<__mmask16>((1u << (K - k)) - 1), acc);
+  for (; k + 16 <= K; k += 16) tile_step<kBf16, RT, RR>(W, w0, x, t0, K, k, static_cast<__mmask16>(0xffff), acc);
+  if (k < K) tile_step<kBf16, RT, RR>(W, w0, x, t0, K, k, static_cast<__mmask16>((1u << (K - k)) - 1), acc);
   for (int t = 0; t < RT; ++t)
     for (int r = 0; r < RR; ++r)
       y[static_cast<size_t>(t0 + t) * W.rows + r0 + r] = reduce16(acc[t][r]) + (bias ? bias[r0 + r] : 0.0f);
@@ -160,16 +152,15 @@ HYBRIDLM_AVX512 void tile_avx512(const WeightView& W, const float* bias, const f
 template <bool kBf16>
 HYBRIDLM_AVX512 void tile_4x4(const WeightView& W, const float* bias, const float* x, int t0, int r0, float* y) {
   const int K = W.cols;
-  const TileRows wr = tile_rows(W, r0);
-  const size_t w0 = wr.base, w1 = w0 + wr.rs, w2 = w1 + wr.rs, w3 = w2 + wr.rs;
+  const size_t w0 = static_cast<size_t>(r0) * K, w1 = w0 + K, w2 = w1 + K, w3 = w2 + K;
   const float* x0 = x + static_cast<size_t>(t0) * K;
   const float *x1 = x0 + K, *x2 = x1 + K, *x3 = x2 + K;
   __m512 a00 = _mm512_setzero_ps(), a01 = a00, a02 = a00, a03 = a00, a10 = a00, a11 = a00, a12 = a00, a13 = a00;
   __m512 a20 = a00, a21 = a00, a22 = a00, a23 = a00, a30 = a00, a31 = a00, a32 = a00, a33 = a00;
-  for (size_t k = 0, kw = 0; k < static_cast<size_t>(K); k += 16, kw += wr.ks) {
+  for (size_t k = 0; k < static_cast<size_t>(K); k += 16) {
     const __mmask16 m = K - k >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << (K - k)) - 1);
-    const __m512 v0 = load_w16<kBf16>(W.data, w0 + kw, m), v1 = load_w16<kBf16>(W.data, w1 + kw, m);
-    const __m512 v2 = load_w16<kBf16>(W.data, w2 + kw, m), v3 = load_w16<kBf16>(W.data, w3 + kw, m);
+    const __m512 v0 = load_w16<kBf16>(W.data, w0 + k, m), v1 = load_w16<kBf16>(W.data, w1 + k, m);
+    const __m512 v2 = load_w16<kBf16>(W.data, w2 + k, m), v3 = load_w16<kBf16>(W.data, w3 + k, m);
     __m512 xv = _mm512_maskz_loadu_ps(m, x0 + k);
     a00 = _mm512_fmadd_ps(v0, xv, a00), a01 = _mm512_fmadd_ps(v1, xv, a01);
     a02 = _mm512_fmadd_ps(v2, xv, a02), a03 = _mm512_fmadd_ps(v3, xv, a03);
@@ -193,11 +184,10 @@ HYBRIDLM_AVX512 void tile_4x4(const WeightView& W, const float* bias, const floa
 template <bool kBf16>
 HYBRIDLM_AVX512 void tile_1x8(const WeightView& W, const float* bias, const float* x, int t0, int r0, float* y) {
   const int K = W.cols;
-  const TileRows wr = tile_rows(W, r0);
-  const size_t w0 = wr.base, rs = wr.rs;
+  const size_t w0 = static_cast<size_t>(r0) * K, rs = static_cast<size_t>(K);
   const float* xt = x + static_cast<size_t>(t0) * K;
   __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
-  for (size_t k = 0, kw = w0; k < static_cast<size_t>(K); k += 16, kw += wr.ks) {
+  for (size_t k = 0, kw = w0; k < static_cast<size_t>(K); k += 16, kw += 16) {
     const __mmask16 m = K - k >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << (K - k)) - 1);
     const __m512 xv = _mm512_maskz_loadu_ps(m, xt + k);
     a0 = _mm512_fmadd_ps(load_w16<kBf16>(W.data, kw, m), xv, a0);
