@@ -52,6 +52,15 @@ inline size_t panel_index(int r, int k, int cols) {
   return static_cast<size_t>(r / kPanelRows) * kPanelRows * kPanelLanes * chunks +
          panel_lane_offset(k % kPanelLanes, k / kPanelLanes, chunks) + static_cast<size_t>(r % kPanelRows);
 }
+// fn(k, panel_index(r, k, cols)) for k = 0, 1, ..., cols - 1: a whole row (loading, the embedding
+// lookup) without panel_index's divisions per element.
+template <class Fn>
+inline void for_panel_row(int r, int cols, Fn&& fn) {
+  const int chunks = panel_chunks(cols);
+  const size_t base = static_cast<size_t>(r / kPanelRows) * kPanelRows * kPanelLanes * chunks + r % kPanelRows;
+  for (int j = 0, k = 0; j < chunks; ++j)
+    for (int l = 0; l < kPanelLanes && k < cols; ++l, ++k) fn(k, base + panel_lane_offset(l, j, chunks));
+}
 
 // Per-layer Mamba-2 dims used by the SSD kernels.
 struct SsdDims {

@@ -33,8 +33,10 @@ const TensorInfo& WeightReader::checked(const std::string& name, const std::vect
 // long: the padding stays zero).
 template <class T, class Convert>
 static void to_panels(const float* f, int rows, int cols, T* out, Convert convert) {
-  for (int r = 0; r < rows; ++r)
-    for (int c = 0; c < cols; ++c) out[panel_index(r, c, cols)] = convert(f[static_cast<size_t>(r) * cols + c]);
+  for (int r = 0; r < rows; ++r) {
+    const float* src = f + static_cast<size_t>(r) * cols;
+    for_panel_row(r, cols, [&](int c, size_t i) { out[i] = convert(src[c]); });
+  }
 }
 
 Matrix WeightReader::slice(const TensorInfo& t, int64_t row0, int rows, int cols) const {

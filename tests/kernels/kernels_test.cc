@@ -614,22 +614,44 @@ TEST_F(Kernels, EmbeddingMatchesRef) {
   const int32_t ids[] = {0, 49, 7, 7};
   const Q8Matrix Eq(E, 50, 24);
   std::vector<float> Ep(panel_count(50, 24), 0.0f);
+  std::vector<uint16_t> Epb(panel_count(50, 24), 0);
   for (int r = 0; r < 50; ++r)
-    for (int k = 0; k < 24; ++k) Ep[panel_index(r, k, 24)] = E[static_cast<size_t>(r) * 24 + k];
-  Out plain(4 * 24);
-  for (int variant = 0; variant < 4; ++variant) {
+    for (int k = 0; k < 24; ++k) {
+      Ep[panel_index(r, k, 24)] = E[static_cast<size_t>(r) * 24 + k];
+      Epb[panel_index(r, k, 24)] = Eb[static_cast<size_t>(r) * 24 + k];
+    }
+  Out plain(4 * 24), plain_bf16(4 * 24);
+  for (int variant = 0; variant < 5; ++variant) {
     const DType dt = variant == 1 ? DType::BF16 : variant == 2 ? DType::I8 : DType::F32;
     WeightView W{dt, dt == DType::BF16 ? static_cast<const void*>(Eb.data()) : E.data(), 50, 24};
     if (dt == DType::I8) W = Eq.view();
     if (variant == 3) W = WeightView{DType::F32, Ep.data(), 50, 24, nullptr, /*panels=*/true};
+    if (variant == 4) W = WeightView{DType::BF16, Epb.data(), 50, 24, nullptr, /*panels=*/true};
     Out o(4 * 24), orf(4 * 24);
     cpu::embedding(W, ids, 4, o.data());
     ref::embedding(W, ids, 4, orf.data());
     for (size_t i = 0; i < o.n; ++i) ASSERT_EQ(o.v[i], orf.v[i]);
     o.expect_guard();
     if (variant == 0) plain = o;
-    if (variant == 3) {
-      for (size_t i = 0; i < o.n; ++i) ASSERT_EQ(o.v[i], plain.v[i]) << "panel rows are the same rows";
+    if (variant == 1) plain_bf16 = o;
+    if (variant == 3 || variant == 4) {
+      const Out& same = variant == 3 ? plain : plain_bf16;
+      for (size_t i = 0; i < o.n; ++i) ASSERT_EQ(o.v[i], same.v[i]) << "panel rows are the same rows";
+    }
+  }
+}
+
+// for_panel_row (loading, the embedding lookup) visits a row's columns in order at panel_index's
+// positions, for whole and partial chunks and rows in the first, a middle and a ragged panel.
+TEST_F(Kernels, PanelRowWalkMatchesPanelIndex) {
+  for (int cols : {16, 24, 48, 768}) {
+    for (int r : {0, 1, 31, 32, 70}) {
+      int next = 0;
+      for_panel_row(r, cols, [&](int k, size_t i) {
+        ASSERT_EQ(k, next++);
+        ASSERT_EQ(i, panel_index(r, k, cols)) << "cols " << cols << " row " << r << " col " << k;
+      });
+      EXPECT_EQ(next, cols);
     }
   }
 }

@@ -138,14 +138,6 @@ HYBRIDLM_AVX512 void pack_rows(const WeightView& W, int KS, int r0, float* b) {
   }
 }
 
-// A bf16 panel as f32 (exact).
-HYBRIDLM_AVX512 void widen_panel(const uint16_t* b, size_t n, float* out) {
-  for (size_t i = 0; i < n; i += 16)
-    _mm512_storeu_ps(out + i, _mm512_castsi512_ps(_mm512_slli_epi32(
-                                  _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + i))),
-                                  16)));
-}
-
 // 16 weights of a panel row run as f32 (bf16: widened, exact).
 template <bool kBf16>
 HYBRIDLM_AVX512 inline __attribute__((always_inline)) __m512 load_b(const void* b) {
@@ -153,6 +145,11 @@ HYBRIDLM_AVX512 inline __attribute__((always_inline)) __m512 load_b(const void* 
     return _mm512_castsi512_ps(
         _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(static_cast<const __m256i*>(b))), 16));
   else return _mm512_loadu_ps(static_cast<const float*>(b));
+}
+
+// A bf16 panel as f32 (exact).
+HYBRIDLM_AVX512 void widen_panel(const uint16_t* b, size_t n, float* out) {
+  for (size_t i = 0; i < n; i += 16) _mm512_storeu_ps(out + i, load_b<true>(b + i));
 }
 
 // One lane class of one register tile of MR <= kMR tokens: out[t][0 .. 32) = sum over j of

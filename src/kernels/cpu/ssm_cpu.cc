@@ -332,12 +332,12 @@ void embedding(const WeightView& E, const int32_t* ids, int T, float* out) {
     float* o = out + static_cast<size_t>(t) * E.cols;
     if (E.dtype == DType::I8) {
       dequantize_q8_0_matrix_row(static_cast<const uint8_t*>(E.data), E.scales, ids[t], E.cols, o);
+    } else if (E.panels && E.dtype == DType::BF16) {
+      const uint16_t* e = static_cast<const uint16_t*>(E.data);
+      for_panel_row(ids[t], E.cols, [&](int c, size_t i) { o[c] = bf16_to_f32(e[i]); });
     } else if (E.panels) {
-      for (int c = 0; c < E.cols; ++c) {
-        const size_t i = panel_index(ids[t], c, E.cols);
-        o[c] = E.dtype == DType::BF16 ? bf16_to_f32(static_cast<const uint16_t*>(E.data)[i])
-                                      : static_cast<const float*>(E.data)[i];
-      }
+      const float* e = static_cast<const float*>(E.data);
+      for_panel_row(ids[t], E.cols, [&](int c, size_t i) { o[c] = e[i]; });
     } else if (E.dtype == DType::BF16) {
       const uint16_t* e = static_cast<const uint16_t*>(E.data) + row;
       for (int c = 0; c < E.cols; ++c) o[c] = bf16_to_f32(e[c]);
