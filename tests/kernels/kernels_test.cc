@@ -253,6 +253,7 @@ TEST_F(Kernels, MatmulMatchesRef) {
         cpu::matmul(ctx, W, bias.data(), x.data() + static_cast<size_t>(t) * c.cols, 1, one.data());
         for (int r = 0; r < c.rows; ++r) ASSERT_EQ(one[r], y.v[static_cast<size_t>(t) * c.rows + r]);
         if (dt != DType::I8) {
+          std::fill(one.begin(), one.end(), kGuard);  // an output the panel call misses cannot pass
           cpu::matmul(ctx, P, bias.data(), x.data() + static_cast<size_t>(t) * c.cols, 1, one.data());
           for (int r = 0; r < c.rows; ++r) ASSERT_EQ(one[r], y.v[static_cast<size_t>(t) * c.rows + r]) << "panels";
         }
@@ -319,19 +320,32 @@ TEST_F(Kernels, ConvMatchesRefAndCarriesState) {
         EXPECT_LT(rel_err(o2.data(), orf.data(), o2.n), tol::kConv);
         EXPECT_LT(rel_err(s2.data(), sr.data(), s2.size()), 1e-7);
         // Token by token (the decode kernel; AVX-512 with K = 4: taps transposed in registers)
-        // gives what one call of T tokens gives, with and without a bias: the state bitwise, the
-        // outputs to rounding. (Bitwise in optimised builds, where the compilers contract the
-        // prefill loop's multiply-add into the FMA the decode kernel uses; GCC at -O1, the
-        // sanitizer build, does not.)
-        for (const float* bias : {static_cast<const float*>(b.data()), static_cast<const float*>(nullptr)}) {
-          auto s_all = s0, s_one = s0;
-          std::vector<float> o_all(T * C), o_one(T * C);
-          cpu::conv1d_causal(ctx, x.data(), ld_x, w.data(), bias, s_all.data(), T, C, K, true, o_all.data());
-          for (int t = 0; t < T; ++t)
-            cpu::conv1d_causal(ctx, x.data() + t * ld_x, ld_x, w.data(), bias, s_one.data(), 1, C, K, true,
-                               o_one.data() + t * C);
-          EXPECT_LT(rel_err(o_one.data(), o_all.data(), o_all.size()), 1e-6);
-          EXPECT_EQ(s_one, s_all);
+        // against the reference and against one call of T tokens, with and without bias and
+        // activation, on C = 70 (a 3-channel last block per thread) and C = 90 (13: the upper
+        // half of the taps' quarters): the state bitwise; the outputs bitwise where both calls
+        // run the same loop, and to rounding for the AVX-512 K = 4 kernel, which is bitwise the
+        // prefill loop only where the compiler contracts that loop's multiply-add into an FMA
+        // (release builds; GCC at -O1, the sanitizer build, does not).
+        const bool same_loop = cpu::simd_path() != cpu::SimdPath::Avx512 || K != 4;
+        for (int Cd : {70, 90}) {
+          auto xd = randn(T * ld_x, 13), wd = randn(Cd * K, 14), bd = randn(Cd, 15), sd = randn((K - 1) * Cd, 16);
+          for (bool act : {true, false}) {
+            for (const float* bias : {static_cast<const float*>(bd.data()), static_cast<const float*>(nullptr)}) {
+              SCOPED_TRACE("C=" + std::to_string(Cd) + (act ? " silu" : " no act") + (bias ? " bias" : " no bias"));
+              auto s_all = sd, s_one = sd, s_ref = sd;
+              std::vector<float> o_all(T * Cd), o_one(T * Cd), o_ref(T * Cd);
+              cpu::conv1d_causal(ctx, xd.data(), ld_x, wd.data(), bias, s_all.data(), T, Cd, K, act, o_all.data());
+              ref::conv1d_causal(ref_ctx, xd.data(), ld_x, wd.data(), bias, s_ref.data(), T, Cd, K, act, o_ref.data());
+              for (int t = 0; t < T; ++t)
+                cpu::conv1d_causal(ctx, xd.data() + t * ld_x, ld_x, wd.data(), bias, s_one.data(), 1, Cd, K, act,
+                                   o_one.data() + t * Cd);
+              EXPECT_LT(rel_err(o_one.data(), o_ref.data(), o_ref.size()), tol::kConv);
+              if (same_loop) EXPECT_EQ(o_one, o_all);
+              else EXPECT_LT(rel_err(o_one.data(), o_all.data(), o_all.size()), 1e-6);
+              EXPECT_EQ(s_one, s_all);
+              EXPECT_EQ(s_one, s_ref);
+            }
+          }
         }
       }
     }

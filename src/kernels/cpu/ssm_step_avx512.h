@@ -24,8 +24,9 @@ bool mamba1_step_avx512(const KernelContext& ctx, const float* x, const float* d
 bool mamba1_step_avx512(const KernelContext& ctx, const float* x, const float* dt, const float* A, const float* B,
                         const float* C, const float* D, const float* z, uint16_t* h, int I, int N, float* y);
 
-// cpu::conv1d_causal's contract for T = 1, bitwise its result. Returns false, having done
-// nothing, unless K == 4.
+// cpu::conv1d_causal's contract for T = 1: bitwise its prefill loop's result where the compiler
+// contracts that loop's multiply-add into an FMA (release builds), within rounding otherwise.
+// Returns false, having done nothing, unless K == 4.
 bool conv_step_avx512(const KernelContext& ctx, const float* x, const float* w, const float* bias, float* state,
                       int C, int K, bool apply_silu, float* out);
 
