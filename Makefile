@@ -17,7 +17,7 @@ build: setup
 	cmake --build $(BUILD) -j $(JOBS)
 
 $(DEMO)/config.json:
-	/usr/bin/python3 tools/make_test_checkpoint.py --preset mamba2-tiny --seed 1 --tokenizer ../shared/data/tokenizers/gpt-neox-20b/tokenizer.json --out $(DEMO)
+	/usr/bin/python3 tools/make_test_checkpoint.py --preset mamba2-tiny --seed 1 --tokenizer tests/data/tokenizers/gpt-neox-20b/tokenizer.json --out $(DEMO)
 
 run: build $(DEMO)/config.json
 	@echo "NOTE: $(DEMO) holds RANDOM weights (no trained model ships yet); the text below is noise."

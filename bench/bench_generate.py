@@ -21,7 +21,7 @@ import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TOK = os.path.join(ROOT, "..", "shared", "data", "tokenizers", "gpt-neox-20b", "tokenizer.json")
-CORPUS = os.path.join(ROOT, "..", "shared", "data", "corpora", "tinyshakespeare.txt")
+CORPUS = os.path.join(ROOT, "tests", "data", "corpora", "tinyshakespeare.txt")
 
 
 def _sum_worker(args):

@@ -13,7 +13,7 @@ std::unique_ptr<hybridlm::Tokenizer> tok;
 // Loading the real file takes seconds under the sanitizers: do it before the per-input timeout.
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
   tok = std::make_unique<hybridlm::Tokenizer>(
-      hybridlm::Tokenizer::load(hybridlm::fuzz::shared_data() / "tokenizers/llama3/tokenizer.json"));
+      hybridlm::Tokenizer::load(hybridlm::fuzz::test_data() / "tokenizers/llama3/tokenizer.json"));
   return 0;
 }
 

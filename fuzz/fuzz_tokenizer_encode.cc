@@ -15,8 +15,8 @@ std::unique_ptr<hybridlm::Tokenizer> toks[2];
 // Loading the real files takes seconds under the sanitizers: do it before the per-input timeout.
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
   using namespace hybridlm;
-  toks[0] = std::make_unique<Tokenizer>(Tokenizer::load(fuzz::shared_data() / "tokenizers/gpt-neox-20b/tokenizer.json"));
-  toks[1] = std::make_unique<Tokenizer>(Tokenizer::load(fuzz::shared_data() / "tokenizers/llama3/tokenizer.json"));
+  toks[0] = std::make_unique<Tokenizer>(Tokenizer::load(fuzz::test_data() / "tokenizers/gpt-neox-20b/tokenizer.json"));
+  toks[1] = std::make_unique<Tokenizer>(Tokenizer::load(fuzz::test_data() / "tokenizers/llama3/tokenizer.json"));
   return 0;
 }
 

@@ -1,5 +1,5 @@
 // Helpers shared by the libFuzzer targets: a private scratch directory for inputs that the code
-// under test reads from files, and the location of ../shared/data.
+// under test reads from files, and the location of the test data (tests/data).
 #pragma once
 
 #include <unistd.h>
@@ -26,9 +26,9 @@ inline void write_file(const std::filesystem::path& p, const uint8_t* data, size
   out.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(size));
 }
 
-inline std::filesystem::path shared_data() {
-  const char* env = std::getenv("HYBRIDLM_SHARED_DATA");
-  return env ? std::filesystem::path(env) : std::filesystem::path(HYBRIDLM_DEFAULT_SHARED_DATA);
+inline std::filesystem::path test_data() {
+  const char* env = std::getenv("HYBRIDLM_TEST_DATA");
+  return env ? std::filesystem::path(env) : std::filesystem::path(HYBRIDLM_DEFAULT_TEST_DATA);
 }
 
 }  // namespace hybridlm::fuzz

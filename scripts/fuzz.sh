@@ -19,7 +19,7 @@ CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=Releas
 cmake --build build-fuzz --target "${targets[@]}"
 python3_bin=/usr/bin/python3
 "$python3_bin" fuzz/make_seeds.py build-fuzz/seeds >/dev/null
-export HYBRIDLM_SHARED_DATA=${HYBRIDLM_SHARED_DATA:-$(cd .. && pwd)/shared/data}
+export HYBRIDLM_TEST_DATA=${HYBRIDLM_TEST_DATA:-$(pwd)/tests/data}
 # Several targets write each input to a scratch file; on tmpfs they run about 4x faster.
 if [ -z "${TMPDIR:-}" ] && [ -d /dev/shm ] && [ -w /dev/shm ]; then export TMPDIR=/dev/shm; fi
 status=0

@@ -2,7 +2,7 @@
 """The hybridlm CLI contract: subcommands, flags, exit codes (0 ok, 1 user error, 2 usage), the .npy
 output of `score`, and one-line error messages that name the problem.
 
-usage: cli_test.py HYBRIDLM MAKE_CHECKPOINT_PY SHARED_DATA SCRATCH
+usage: cli_test.py HYBRIDLM MAKE_CHECKPOINT_PY TEST_DATA SCRATCH
 Prints one line per check and a final `N passed, M failed`.
 """
 import json
@@ -13,8 +13,8 @@ import sys
 
 import numpy as np
 
-exe, tool, shared, scratch = sys.argv[1:5]
-neox = os.path.join(shared, "tokenizers", "gpt-neox-20b", "tokenizer.json")
+exe, tool, data, scratch = sys.argv[1:5]
+neox = os.path.join(data, "tokenizers", "gpt-neox-20b", "tokenizer.json")
 results = []
 
 
@@ -36,7 +36,7 @@ def expect_error(name, args, code, needle):
 
 
 if not os.path.exists(neox):
-    print(f"FAIL shared tokenizer missing: {neox}")
+    print(f"FAIL test tokenizer missing: {neox}")
     print("0 passed, 1 failed")
     sys.exit(1)
 

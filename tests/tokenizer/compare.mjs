@@ -1,7 +1,7 @@
 // Cross-check: our C++ tokenizer against the pure-JavaScript reference `@huggingface/tokenizers`
 // (version pinned in package.json), id for id, on both real tokenizer files.
 //
-// usage: node compare.mjs <path to tokenize_dump> <shared data dir>
+// usage: node compare.mjs <path to tokenize_dump> <test data dir (tests/data)>
 // Exit 0 when every case gives identical ids (and our decode(encode(s)) round-trips); exit 1 with
 // the first differing case otherwise, or when the reference or the data is missing.
 import { execFileSync } from "node:child_process";
@@ -17,7 +17,7 @@ function fail(message) {
   process.exit(1);
 }
 
-if (process.argv.length !== 4) fail("usage: node compare.mjs <tokenize_dump> <shared data dir>");
+if (process.argv.length !== 4) fail("usage: node compare.mjs <tokenize_dump> <test data dir (tests/data)>");
 const [dumpTool, dataDir] = process.argv.slice(2);
 
 let Tokenizer;

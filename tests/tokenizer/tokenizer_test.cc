@@ -394,20 +394,20 @@ TEST(TokenizerStream, InvalidBytesBecomeReplacementCharacters) {
 // ---------------------------------------------------------------------------------------------
 // The real tokenizers
 
-fs::path shared_data() {
-  const char* dir = std::getenv("HYBRIDLM_SHARED_DATA");
-  EXPECT_NE(dir, nullptr) << "HYBRIDLM_SHARED_DATA is not set (ctest sets it)";
+fs::path test_data() {
+  const char* dir = std::getenv("HYBRIDLM_TEST_DATA");
+  EXPECT_NE(dir, nullptr) << "HYBRIDLM_TEST_DATA is not set (ctest sets it)";
   return dir ? fs::path(dir) : fs::path("/nonexistent");
 }
 
 const Tokenizer& real(const std::string& name) {
-  static const Tokenizer neox = Tokenizer::load(shared_data() / "tokenizers" / "gpt-neox-20b");
-  static const Tokenizer llama = Tokenizer::load(shared_data() / "tokenizers" / "llama3" / "tokenizer.json");
+  static const Tokenizer neox = Tokenizer::load(test_data() / "tokenizers" / "gpt-neox-20b");
+  static const Tokenizer llama = Tokenizer::load(test_data() / "tokenizers" / "llama3" / "tokenizer.json");
   return name == "llama3" ? llama : neox;
 }
 
 std::string shakespeare() {
-  std::ifstream in(shared_data() / "corpora" / "tinyshakespeare.txt", std::ios::binary);
+  std::ifstream in(test_data() / "corpora" / "tinyshakespeare.txt", std::ios::binary);
   EXPECT_TRUE(in.good()) << "tinyshakespeare.txt missing";
   std::stringstream ss;
   ss << in.rdbuf();
