@@ -33,9 +33,9 @@ class KvPagePool {
       L.page_floats = 2 * half;
       L.v_offset = half;
       check(n_pages == 0 || L.page_floats <= (size_t{1} << 40) / static_cast<size_t>(n_pages),
-            "KV cache of " + std::to_string(n_pages) + " pages x " + std::to_string(L.page_floats) + " floats is too large");
+            "KV cache of ", n_pages, " pages x ", L.page_floats, " floats is too large");
       L.data.reset(static_cast<float*>(std::calloc(std::max<size_t>(1, L.page_floats * n_pages), sizeof(float))));
-      check(L.data != nullptr, "cannot allocate the KV cache (" + std::to_string(n_pages) + " pages)");
+      check(L.data != nullptr, "cannot allocate the KV cache (", n_pages, " pages)");
       layers_.push_back(std::move(L));
     }
     for (int p = n_pages - 1; p >= 0; --p) free_.push_back(p);
@@ -115,10 +115,8 @@ HybridCache::HybridCache(std::vector<LayerCacheSpec> layers, const CacheOptions&
       block_size_(opt.block_size),
       states_(state_layers(layers_), opt.max_sequences, opt.state_dtype),
       staged_at_(static_cast<size_t>(std::max(0, opt.max_sequences)), -1) {
-  check(opt.max_sequences > 0, "the cache needs at least one sequence (max sequences = " +
-                                   std::to_string(opt.max_sequences) + ")");
-  check(opt.block_size > 0 && opt.block_size <= 4096, "KV block size must be in [1, 4096], got " +
-                                                          std::to_string(opt.block_size));
+  check(opt.max_sequences > 0, "the cache needs at least one sequence (max sequences = ", opt.max_sequences, ")");
+  check(opt.block_size > 0 && opt.block_size <= 4096, "KV block size must be in [1, 4096], got ", opt.block_size);
   std::vector<KvLayerSpec> kv_layers;
   for (const LayerCacheSpec& l : layers_) {
     kv_index_.push_back(l.has_kv() ? static_cast<int>(kv_layers.size()) : -1);
@@ -131,7 +129,7 @@ HybridCache::HybridCache(std::vector<LayerCacheSpec> layers, const CacheOptions&
     check(opt.context > 0 && opt.kv_pages >= 0, "context and KV pages must be positive");
     const int64_t per_seq = (static_cast<int64_t>(opt.context) + opt.block_size - 1) / opt.block_size;
     const int64_t want = opt.kv_pages > 0 ? opt.kv_pages : per_seq * opt.max_sequences;
-    check(want <= (int64_t{1} << 30), "KV cache of " + std::to_string(want) + " pages is too large");
+    check(want <= (int64_t{1} << 30), "KV cache of ", want, " pages is too large");
     n_pages = static_cast<int>(want);
   }
   pages_ = std::make_shared<KvPagePool>(kv_layers, block_size_, n_pages);
@@ -141,7 +139,7 @@ HybridCache::HybridCache(std::vector<LayerCacheSpec> layers, const CacheOptions&
 HybridCache::~HybridCache() = default;
 
 void HybridCache::check_live(int seq) const {
-  check(states_.is_live(seq), "sequence " + std::to_string(seq) + " is not in the cache");
+  check(states_.is_live(seq), "sequence ", seq, " is not in the cache");
 }
 bool HybridCache::is_live(int seq) const { return states_.is_live(seq); }
 
@@ -207,12 +205,11 @@ void HybridCache::restore(int seq, const Snapshot& snap) {
 }
 
 void HybridCache::reorder(std::span<const int> seqs, std::span<const int> src) {
-  check(seqs.size() == src.size(), "reorder: " + std::to_string(seqs.size()) + " sequences but " +
-                                       std::to_string(src.size()) + " source indices");
+  check(seqs.size() == src.size(), "reorder: ", seqs.size(), " sequences but ", src.size(), " source indices");
   for (int s : seqs) check_live(s);
   for (int i : src)
-    check(i >= 0 && static_cast<size_t>(i) < seqs.size(), "reorder: source index " + std::to_string(i) +
-                                                              " outside the " + std::to_string(seqs.size()) + " sequences");
+    check(i >= 0 && static_cast<size_t>(i) < seqs.size(), "reorder: source index ", i, " outside the ", seqs.size(),
+        " sequences");
   // Only moved sequences are copied: first snapshot every source that feeds another position,
   // then overwrite the destinations (a beam that keeps its own history is not touched).
   std::vector<Snapshot> from(seqs.size());
@@ -241,8 +238,7 @@ std::vector<int> HybridCache::kept_lengths(int seq) const {
 void HybridCache::crop(int seq, int n) {
   check_live(seq);
   Seq& s = seqs_[seq];
-  check(n >= 0 && n <= s.length, "cannot crop sequence " + std::to_string(seq) + " of " +
-                                     std::to_string(s.length) + " tokens to " + std::to_string(n));
+  check(n >= 0 && n <= s.length, "cannot crop sequence ", seq, " of ", s.length, " tokens to ", n);
   if (n == s.length) return;
   if (has_state_) {
     auto it = std::find_if(s.kept.begin(), s.kept.end(), [&](const Snapshot& k) { return k.length() == n; });
@@ -281,9 +277,9 @@ static int32_t write_page(const std::vector<int32_t>& pages, int length, int blo
 void HybridCache::prepare(std::span<const BatchRun> runs) {
   for (const BatchRun& r : runs) {
     check_live(r.seq);
-    check(!seqs_[r.seq].failed, "sequence " + std::to_string(r.seq) +
-                                    " was left inconsistent by a failed step; reset or restore it first");
-    check(r.len >= 0, "batch run of " + std::to_string(r.len) + " tokens");
+    check(!seqs_[r.seq].failed, "sequence ", r.seq,
+        " was left inconsistent by a failed step; reset or restore it first");
+    check(r.len >= 0, "batch run of ", r.len, " tokens");
   }
   if (!has_kv_) return;
   // New pages, plus copies of shared partly filled pages: m runs writing into a page with r
@@ -385,7 +381,7 @@ size_t HybridCache::staged_elems(int layer) const {
 
 void HybridCache::store_state(std::span<const BatchRun> runs, int layer, ThreadPool* pool) {
   if (states_.dtype() == DType::F32 || !layers_[layer].has_state()) return;
-  check(staged_layer_ == layer, "store_state of layer " + std::to_string(layer) + " without its load_state");
+  check(staged_layer_ == layer, "store_state of layer ", layer, " without its load_state");
   const size_t n = staged_elems(layer);
   for_state_elements(pool, runs.size(), n, [&](size_t i, size_t b, size_t e) {
     const BatchRun& r = runs[i];
@@ -398,7 +394,7 @@ void HybridCache::store_state(std::span<const BatchRun> runs, int layer, ThreadP
 float* HybridCache::conv_state(int seq, int layer) {
   if (states_.dtype() == DType::F32) return states_.conv_state(seq, layer);
   check(staged_layer_ == layer && staged_at_.at(static_cast<size_t>(seq)) >= 0,
-        "state of layer " + std::to_string(layer) + " was not loaded for sequence " + std::to_string(seq));
+        "state of layer ", layer, " was not loaded for sequence ", seq);
   return staging_.data() + static_cast<size_t>(staged_at_[seq]) * staged_elems(layer);
 }
 
@@ -415,7 +411,7 @@ uint16_t* HybridCache::ssm_state_bf16(int seq, int layer) {
 
 PagedKv HybridCache::kv(int seq, int layer) {
   const int k = kv_index_.at(static_cast<size_t>(layer));
-  check(k >= 0, "layer " + std::to_string(layer) + " has no KV cache");
+  check(k >= 0, "layer ", layer, " has no KV cache");
   return pages_->view(k, block_size_, layers_[layer].kv, seqs_[seq].pages.data());
 }
 

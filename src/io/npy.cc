@@ -19,7 +19,7 @@ void write_npy_f32(const std::filesystem::path& path, const float* data,
   std::string dims;
   size_t numel = 1;
   for (size_t i = 0; i < shape.size(); ++i) {
-    check(shape[i] >= 0, fname + ": negative dimension " + std::to_string(shape[i]) + " in shape");
+    check(shape[i] >= 0, fname, ": negative dimension ", shape[i], " in shape");
     numel *= static_cast<size_t>(shape[i]);
     if (i) dims += ", ";
     dims += std::to_string(shape[i]);
@@ -34,7 +34,7 @@ void write_npy_f32(const std::filesystem::path& path, const float* data,
   const size_t total = (kPrefix + header.size() + 1 + kAlign - 1) / kAlign * kAlign;
   header.append(total - kPrefix - header.size() - 1, ' ');
   header.push_back('\n');
-  check(header.size() <= 0xffff, fname + ": shape has too many dimensions for .npy version 1.0");
+  check(header.size() <= 0xffff, fname, ": shape has too many dimensions for .npy version 1.0");
 
   unsigned char prefix[kPrefix] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0,
                                    static_cast<unsigned char>(header.size() & 0xff),

@@ -96,43 +96,42 @@ std::string shape_str(const std::vector<int64_t>& shape) {
 // Parses one header entry into `info` (everything but `data`); `where` is "<file>: tensor '<name>'".
 void parse_entry(const json& e, const std::string& where, TensorInfo* info, uint64_t* begin,
                  uint64_t* end) {
-  check(e.is_object(), where + ": header entry is not a JSON object");
+  check(e.is_object(), where, ": header entry is not a JSON object");
   auto dt = e.find("dtype");
-  check(dt != e.end(), where + ": header entry has no 'dtype'");
-  check(dt->is_string(), where + ": 'dtype' is not a string");
+  check(dt != e.end(), where, ": header entry has no 'dtype'");
+  check(dt->is_string(), where, ": 'dtype' is not a string");
   const std::string& dname = dt->get_ref<const std::string&>();
-  check(dtype_from_name(dname, &info->dtype), where + ": unknown dtype '" + one_line(dname) + "'");
+  check(dtype_from_name(dname, &info->dtype), where, ": unknown dtype '", one_line(dname), "'");
 
   auto sh = e.find("shape");
-  check(sh != e.end(), where + ": header entry has no 'shape'");
-  check(sh->is_array(), where + ": 'shape' is not an array");
+  check(sh != e.end(), where, ": header entry has no 'shape'");
+  check(sh->is_array(), where, ": 'shape' is not an array");
   info->shape.clear();
   for (const json& d : *sh) {
     if (d.is_number_integer() && d.get<int64_t>() < 0) {
       throw Error(where + ": negative dimension " + std::to_string(d.get<int64_t>()) + " in shape");
     }
     int64_t v = 0;
-    check(get_nonneg_int(d, &v), where + ": shape entry " + json_brief(d) + " is not an integer");
+    check(get_nonneg_int(d, &v), where, ": shape entry ", json_brief(d), " is not an integer");
     info->shape.push_back(v);
   }
 
   auto off = e.find("data_offsets");
-  check(off != e.end(), where + ": header entry has no 'data_offsets'");
+  check(off != e.end(), where, ": header entry has no 'data_offsets'");
   check(off->is_array() && off->size() == 2,
-        where + ": 'data_offsets' is not an array of two integers");
+        where, ": 'data_offsets' is not an array of two integers");
   int64_t b = 0, en = 0;
   check(get_nonneg_int((*off)[0], &b) && get_nonneg_int((*off)[1], &en),
-        where + ": 'data_offsets' " + json_brief(*off) + " are not non-negative integers");
-  check(b <= en, where + ": data_offsets begin " + std::to_string(b) + " > end " + std::to_string(en));
+        where, ": 'data_offsets' ", json_brief(*off), " are not non-negative integers");
+  check(b <= en, where, ": data_offsets begin ", b, " > end ", en);
   *begin = static_cast<uint64_t>(b);
   *end = static_cast<uint64_t>(en);
 
   uint64_t want = 0;
   check(checked_nbytes(info->shape, dtype_size(info->dtype), &want),
-        where + ": shape " + shape_str(info->shape) + " overflows the byte count");
-  check(want == *end - *begin, where + ": shape " + shape_str(info->shape) + " x " + dname + " is " +
-                                   std::to_string(want) + " bytes but data_offsets span " +
-                                   std::to_string(*end - *begin));
+        where, ": shape ", shape_str(info->shape), " overflows the byte count");
+  check(want == *end - *begin, where, ": shape ", shape_str(info->shape), " x ", dname, " is ", want,
+      " bytes but data_offsets span ", *end - *begin);
   info->nbytes = static_cast<size_t>(want);
 }
 
@@ -153,7 +152,7 @@ void TensorInfo::release(size_t first, size_t n) const {
 
 void TensorInfo::to_f32(float* out, size_t first, size_t n) const {
   check(first <= static_cast<size_t>(numel()) && n <= static_cast<size_t>(numel()) - first,
-        file + ": tensor '" + name + "': element range out of bounds");
+        file, ": tensor '", name, "': element range out of bounds");
   const uint8_t* data = this->data + first * dtype_size(dtype);
   // Data in the mapping may be unaligned (offsets are arbitrary), so every read is a memcpy.
   switch (dtype) {
@@ -194,13 +193,10 @@ SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path, bool us
   const uint8_t* base = out.file_->data();
   const uint64_t size = out.file_->size();
 
-  check(size >= 8, fname + ": file is " + std::to_string(size) +
-                       " bytes, shorter than the 8-byte header length");
+  check(size >= 8, fname, ": file is ", size, " bytes, shorter than the 8-byte header length");
   const uint64_t n = read_u64_le(base);
-  check(n <= kMaxHeaderBytes, fname + ": header length " + std::to_string(n) +
-                                  " exceeds the 100 MiB limit (corrupt file?)");
-  check(n <= size - 8, fname + ": header length " + std::to_string(n) + " is beyond the end of the " +
-                           std::to_string(size) + "-byte file");
+  check(n <= kMaxHeaderBytes, fname, ": header length ", n, " exceeds the 100 MiB limit (corrupt file?)");
+  check(n <= size - 8, fname, ": header length ", n, " is beyond the end of the ", size, "-byte file");
   const uint64_t data_start = 8 + n;
   const uint64_t data_size = size - data_start;
 
@@ -221,8 +217,8 @@ SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path, bool us
   } catch (const json::exception& e) {
     throw Error(fname + ": header is not valid JSON: " + one_line(e.what()));
   }
-  check(duplicate.empty(), fname + ": header lists '" + one_line(duplicate) + "' twice");
-  check(header.is_object(), fname + ": header is not a JSON object");
+  check(duplicate.empty(), fname, ": header lists '", one_line(duplicate), "' twice");
+  check(header.is_object(), fname, ": header is not a JSON object");
 
   struct Range {
     uint64_t begin, end;
@@ -232,10 +228,9 @@ SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path, bool us
   for (auto it = header.begin(); it != header.end(); ++it) {
     const std::string& key = it.key();
     if (key == "__metadata__") {
-      check(it->is_object(), fname + ": '__metadata__' is not a JSON object");
+      check(it->is_object(), fname, ": '__metadata__' is not a JSON object");
       for (auto m = it->begin(); m != it->end(); ++m) {
-        check(m->is_string(), fname + ": '__metadata__' value for '" + one_line(m.key()) +
-                                  "' is not a string");
+        check(m->is_string(), fname, ": '__metadata__' value for '", one_line(m.key()), "' is not a string");
         out.metadata_[m.key()] = m->get<std::string>();
       }
       continue;
@@ -246,9 +241,8 @@ SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path, bool us
     info.file = fname;
     uint64_t b = 0, e = 0;
     parse_entry(*it, where, &info, &b, &e);
-    check(e <= data_size, where + ": data_offsets [" + std::to_string(b) + ", " + std::to_string(e) +
-                              "] are beyond the " + std::to_string(data_size) +
-                              "-byte data section (truncated file?)");
+    check(e <= data_size, where, ": data_offsets [", b, ", ", e, "] are beyond the ", data_size,
+        "-byte data section (truncated file?)");
     info.data = base + data_start + b;
     info.source = out.file_.get();
     auto [pos, inserted] = out.tensors_.emplace(key, std::move(info));
@@ -297,8 +291,8 @@ void Checkpoint::build_index() {
   for (const SafetensorsFile& f : files_) {
     for (const auto& [name, info] : f.tensors()) {
       auto [it, inserted] = index_.emplace(name, &info);
-      check(inserted, dir_.string() + ": tensor '" + one_line(name) + "' is in both " +
-                          it->second->file + " and " + info.file);
+      check(inserted, dir_.string(), ": tensor '", one_line(name), "' is in both ", it->second->file, " and ",
+          info.file);
     }
   }
 }
@@ -313,16 +307,15 @@ Checkpoint Checkpoint::open(const std::filesystem::path& dir, bool use_mmap) {
     auto mf = MappedFile::open(index_path, use_mmap);
     const json index = parse_json(
         std::string_view(reinterpret_cast<const char*>(mf->data()), mf->size()), iname);
-    check(index.is_object(), iname + ": not a JSON object");
+    check(index.is_object(), iname, ": not a JSON object");
     auto wm = index.find("weight_map");
-    check(wm != index.end(), iname + ": no 'weight_map'");
-    check(wm->is_object(), iname + ": 'weight_map' is not a JSON object");
+    check(wm != index.end(), iname, ": no 'weight_map'");
+    check(wm->is_object(), iname, ": 'weight_map' is not a JSON object");
 
     // shard file -> tensors the index says it holds; shards opened once each, in name order.
     std::map<std::string, std::vector<std::string>> by_shard;
     for (auto it = wm->begin(); it != wm->end(); ++it) {
-      check(it->is_string(), iname + ": weight_map entry for tensor '" + one_line(it.key()) +
-                                 "' is not a string");
+      check(it->is_string(), iname, ": weight_map entry for tensor '", one_line(it.key()), "' is not a string");
       by_shard[it->get<std::string>()].push_back(it.key());
     }
     ck.files_.reserve(by_shard.size());
@@ -331,17 +324,17 @@ Checkpoint Checkpoint::open(const std::filesystem::path& dir, bool use_mmap) {
       // stranger must not make us open /etc/passwd or ../../anything).
       check(!shard.empty() && shard != "." && shard != ".." &&
                 shard.find_first_of(std::string("/\\\0", 3)) == std::string::npos,
-            iname + ": shard '" + one_line(shard) + "' (for tensor '" + one_line(names.front()) +
+            iname, ": shard '", one_line(shard), "' (for tensor '", one_line(names.front()),
                 "') is not a plain file name");
       const std::filesystem::path sp = dir / shard;
       check(std::filesystem::is_regular_file(sp, ec),
-            iname + ": shard file '" + one_line(shard) + "' (for tensor '" + one_line(names.front()) +
-                "') does not exist in " + dir.string());
+            iname, ": shard file '", one_line(shard), "' (for tensor '", one_line(names.front()),
+                "') does not exist in ", dir.string());
       ck.files_.push_back(SafetensorsFile::open(sp, use_mmap));
       const auto& have = ck.files_.back().tensors();
       for (const std::string& n : names) {
-        check(have.count(n) != 0, sp.string() + ": tensor '" + one_line(n) + "' is named in " +
-                                      kIndexName + " but absent from shard '" + one_line(shard) + "'");
+        check(have.count(n) != 0, sp.string(), ": tensor '", one_line(n), "' is named in ", kIndexName,
+            " but absent from shard '", one_line(shard), "'");
       }
     }
   } else if (std::filesystem::exists(dir / kSingleName, ec)) {
@@ -380,17 +373,15 @@ void write_safetensors(const std::filesystem::path& path, const std::vector<Tens
   uint64_t offset = 0;
   for (const TensorToWrite& t : tensors) {
     const std::string where = fname + ": tensor '" + one_line(t.name) + "'";
-    check(!t.name.empty(), fname + ": empty tensor name");
-    check(t.name != "__metadata__", where + ": name is reserved");
-    check(!header.contains(t.name), where + ": written twice");
-    check(t.dtype < DType::kCount, where + ": invalid dtype");
+    check(!t.name.empty(), fname, ": empty tensor name");
+    check(t.name != "__metadata__", where, ": name is reserved");
+    check(!header.contains(t.name), where, ": written twice");
+    check(t.dtype < DType::kCount, where, ": invalid dtype");
     uint64_t want = 0;
     check(checked_nbytes(t.shape, dtype_size(t.dtype), &want),
-          where + ": shape " + shape_str(t.shape) + " has a negative dimension or overflows");
-    check(want == t.bytes.size(), where + ": shape " + shape_str(t.shape) + " x " +
-                                      std::string(dtype_name(t.dtype)) + " is " +
-                                      std::to_string(want) + " bytes but " +
-                                      std::to_string(t.bytes.size()) + " were given");
+          where, ": shape ", shape_str(t.shape), " has a negative dimension or overflows");
+    check(want == t.bytes.size(), where, ": shape ", shape_str(t.shape), " x ", std::string(dtype_name(t.dtype)),
+        " is ", want, " bytes but ", t.bytes.size(), " were given");
     header[t.name] = {{"dtype", std::string(dtype_name(t.dtype))},
                       {"shape", t.shape},
                       {"data_offsets", {offset, offset + want}}};

@@ -188,8 +188,7 @@ static std::string quote_nonfinite(const std::string& text) {
 }
 
 HybridConfig parse_config_text(const std::string& text, const std::string& where, NormGrouping mamba2_norm) {
-  check(text.size() <= kMaxConfigBytes, where + ": " + std::to_string(text.size()) +
-                                            " bytes, over the 16 MiB limit for a config.json");
+  check(text.size() <= kMaxConfigBytes, where, ": ", text.size(), " bytes, over the 16 MiB limit for a config.json");
   return parse_config(parse_json(quote_nonfinite(text), where), where, mamba2_norm);
 }
 

@@ -95,8 +95,7 @@ size_t Model::weight_bytes() const {
 void Model::check_tokens(std::span<const int32_t> tokens) const {
   const int V = cfg_.vocab_size;
   for (int32_t id : tokens)
-    check(id >= 0 && id < V, "token id " + std::to_string(id) + " is outside the vocabulary (size " +
-                                 std::to_string(V) + ")");
+    check(id >= 0 && id < V, "token id ", id, " is outside the vocabulary (size ", V, ")");
 }
 
 void Model::forward(const KernelContext& ctx, std::span<const int32_t> tokens, std::span<const BatchRun> runs,
@@ -106,18 +105,16 @@ void Model::forward(const KernelContext& ctx, std::span<const int32_t> tokens, s
   // Validate first: nothing below may fail once state starts changing.
   size_t total = 0;
   for (const BatchRun& r : runs) {
-    check(r.len > 0, "batch run of " + std::to_string(r.len) + " tokens");
-    check(cache.is_live(r.seq), "batch run names sequence " + std::to_string(r.seq) + ", which is not in the cache");
+    check(r.len > 0, "batch run of ", r.len, " tokens");
+    check(cache.is_live(r.seq), "batch run names sequence ", r.seq, ", which is not in the cache");
     total += static_cast<size_t>(r.len);
   }
-  check(total == tokens.size(), "batch runs cover " + std::to_string(total) + " tokens, batch has " +
-                                    std::to_string(tokens.size()));
+  check(total == tokens.size(), "batch runs cover ", total, " tokens, batch has ", tokens.size());
   for (size_t i = 0; i < runs.size(); ++i)
     for (size_t j = i + 1; j < runs.size(); ++j)
-      check(runs[i].seq != runs[j].seq, "two runs of one batch continue the same sequence " +
-                                            std::to_string(runs[i].seq));
+      check(runs[i].seq != runs[j].seq, "two runs of one batch continue the same sequence ", runs[i].seq);
   check_tokens(tokens);
-  for (int row : logit_rows) check(row >= 0 && row < T, "logit row " + std::to_string(row) + " out of range");
+  for (int row : logit_rows) check(row >= 0 && row < T, "logit row ", row, " out of range");
   if (T == 0) return;
   cache.prepare(runs);  // KV pages for the new tokens; throws (changing nothing) when full
   try {

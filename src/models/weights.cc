@@ -93,7 +93,7 @@ Matrix WeightReader::matrix(const std::string& name, std::vector<int64_t> shape)
 
 std::vector<Matrix> WeightReader::stacked(const std::string& name, std::vector<int64_t> shape) const {
   const TensorInfo& t = checked(name, shape);
-  check(shape.size() == 3, "stacked tensor '" + name + "' must be 3-D");
+  check(shape.size() == 3, "stacked tensor '", name, "' must be 3-D");
   std::vector<Matrix> out;
   for (int64_t e = 0; e < shape[0]; ++e)
     out.push_back(slice(t, e * shape[1], static_cast<int>(shape[1]), static_cast<int>(shape[2])));

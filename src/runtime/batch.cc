@@ -28,18 +28,18 @@ struct Sequences {
 
 std::vector<std::vector<int32_t>> strip_left_padding(const std::vector<std::vector<int32_t>>& ids,
                                                      const std::vector<std::vector<int>>& mask) {
-  check(ids.size() == mask.size(), "padded batch: " + std::to_string(ids.size()) + " rows of ids but " +
-                                       std::to_string(mask.size()) + " rows of attention mask");
+  check(ids.size() == mask.size(), "padded batch: ", ids.size(), " rows of ids but ", mask.size(),
+      " rows of attention mask");
   std::vector<std::vector<int32_t>> out;
   for (size_t b = 0; b < ids.size(); ++b) {
     const std::string row = "padded batch row " + std::to_string(b);
-    check(ids[b].size() == mask[b].size(), row + ": ids and attention mask differ in length");
+    check(ids[b].size() == mask[b].size(), row, ": ids and attention mask differ in length");
     size_t first = 0;
     while (first < mask[b].size() && mask[b][first] == 0) ++first;
-    check(first < mask[b].size(), row + ": the attention mask has no token");
+    check(first < mask[b].size(), row, ": the attention mask has no token");
     for (size_t t = first; t < mask[b].size(); ++t)
-      check(mask[b][t] == 1, row + ": attention mask must be 0...0 1...1 (left padding), found " +
-                                 std::to_string(mask[b][t]) + " at position " + std::to_string(t));
+      check(mask[b][t] == 1, row, ": attention mask must be 0...0 1...1 (left padding), found ", mask[b][t],
+          " at position ", t);
     out.emplace_back(ids[b].begin() + static_cast<std::ptrdiff_t>(first), ids[b].end());
   }
   return out;
@@ -127,7 +127,7 @@ struct Candidate {
 
 std::vector<BeamHypothesis> beam_search(Engine& engine, std::span<const int32_t> prompt, const BeamOptions& opt) {
   const int B = opt.num_beams;
-  check(B >= 1 && B <= 256, "--num-beams " + std::to_string(B) + ": must be in [1, 256]");
+  check(B >= 1 && B <= 256, "--num-beams ", B, ": must be in [1, 256]");
   check(opt.max_new_tokens >= 1, "beam search needs max new tokens >= 1");
   check(!prompt.empty(), "beam search: empty prompt");
   // Candidates (and the softmax) cover the decodable ids only, as generate() masks the rest.

@@ -41,9 +41,9 @@ Engine::Engine(const std::filesystem::path& dir, const EngineOptions& opt)
   const double have = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
   auto mib = [](double b) { return std::to_string(static_cast<long long>(b / (1 << 20))); };
   check(have <= 0 || state_need + kv_need <= have,
-        "the cache of " + std::to_string(opt.max_sequences) + " sequence(s) needs " + mib(state_need) +
-            " MiB of recurrent state + " + mib(kv_need) + " MiB of KV, more than this machine's " + mib(have) +
-            " MiB (lower the sequences or the context, or check the sizes in config.json)");
+        "the cache of ", opt.max_sequences, " sequence(s) needs ", mib(state_need), " MiB of recurrent state + ",
+        mib(kv_need), " MiB of KV, more than this machine's ", mib(have),
+        " MiB (lower the sequences or the context, or check the sizes in config.json)");
   CacheOptions co;
   co.max_sequences = opt.max_sequences;
   co.block_size = opt.block_size;
@@ -66,7 +66,7 @@ std::vector<float> Engine::prefill(int seq, std::span<const int32_t> tokens, boo
   check(chunk > 0, "prefill chunk must be > 0");
   // Validate the whole prompt before the first chunk runs, so a bad id late in a long prompt
   // cannot leave the sequence half-advanced.
-  check(cache_->is_live(seq), "sequence " + std::to_string(seq) + " is not in the cache");
+  check(cache_->is_live(seq), "sequence ", seq, " is not in the cache");
   model_.check_tokens(tokens);
   // And check that the whole prompt fits: a prompt longer than the KV cache can hold fails here,
   // not after half of it has been absorbed.

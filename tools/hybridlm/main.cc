@@ -68,14 +68,14 @@ struct ModelFlags {
   EngineOptions options() const {
     EngineOptions o;
     o.load.dtype = parse_weight_dtype(dtype);
-    check(mamba2_norm == "grouped" || mamba2_norm == "full", "--mamba2-norm " + mamba2_norm + ": use grouped or full");
+    check(mamba2_norm == "grouped" || mamba2_norm == "full", "--mamba2-norm ", mamba2_norm, ": use grouped or full");
     o.load.mamba2_norm = mamba2_norm == "full" ? NormGrouping::Full : NormGrouping::Grouped;
     o.load.use_mmap = !no_mmap;
     o.mlock = mlock;
-    check(threads >= 0 && threads <= 1024, "--threads " + std::to_string(threads) + ": must be in [0, 1024]");
+    check(threads >= 0 && threads <= 1024, "--threads ", threads, ": must be in [0, 1024]");
     o.threads = threads;
     o.max_sequences = 1;
-    check(ctx_size > 0 && ctx_size <= (1 << 24), "--ctx-size " + std::to_string(ctx_size) + ": must be in [1, 2^24]");
+    check(ctx_size > 0 && ctx_size <= (1 << 24), "--ctx-size ", ctx_size, ": must be in [1, 2^24]");
     o.context = ctx_size;
     if (state_dtype == "f32") o.state_dtype = DType::F32;
     else if (state_dtype == "bf16") o.state_dtype = DType::BF16;
@@ -94,7 +94,7 @@ void report_mlock(const Engine& e) {
 
 Tokenizer load_tokenizer(const std::string& dir) {
   const std::filesystem::path p = std::filesystem::path(dir) / "tokenizer.json";
-  check(std::filesystem::exists(p), p.string() + ": not found (this command needs the model's tokenizer)");
+  check(std::filesystem::exists(p), p.string(), ": not found (this command needs the model's tokenizer)");
   return Tokenizer::load(dir);
 }
 
@@ -102,9 +102,8 @@ Tokenizer load_tokenizer(const std::string& dir) {
 constexpr double kMaxLogitBytes = 4.0 * (1ull << 30);
 void check_logits_fit(size_t tokens, int vocab, const std::string& what) {
   const double bytes = static_cast<double>(tokens) * vocab * sizeof(float);
-  check(bytes <= kMaxLogitBytes, what + ": " + std::to_string(tokens) + " tokens x " + std::to_string(vocab) +
-                                     " vocab = " + format_bytes(bytes) + " of logits, over the " +
-                                     format_bytes(kMaxLogitBytes) + " limit; use fewer tokens");
+  check(bytes <= kMaxLogitBytes, what, ": ", tokens, " tokens x ", vocab, " vocab = ", format_bytes(bytes),
+      " of logits, over the ", format_bytes(kMaxLogitBytes), " limit; use fewer tokens");
 }
 
 
@@ -114,7 +113,7 @@ int cmd_generate(const ModelFlags& mf, const std::string& prompt, const Generate
   GenerateOptions gopt = gopt_in;
   check(gopt.max_new_tokens >= 0, "-n/--n-predict must be >= 0");
   validate(gopt.sampling);
-  check(num_beams >= 1 && num_beams <= 256, "--num-beams " + std::to_string(num_beams) + ": must be in [1, 256]");
+  check(num_beams >= 1 && num_beams <= 256, "--num-beams ", num_beams, ": must be in [1, 256]");
   check(num_beams == 1 || gopt.stop_strings.empty(), "--stop is not supported with --num-beams > 1");
   Tokenizer tok = load_tokenizer(mf.dir);
   EngineOptions eo = mf.options();
@@ -127,8 +126,7 @@ int cmd_generate(const ModelFlags& mf, const std::string& prompt, const Generate
   engine.model().check_tokens(ids);
   if (engine.cache().has_kv())
     check(static_cast<int64_t>(ids.size()) + gopt.max_new_tokens <= mf.ctx_size,
-          "the prompt (" + std::to_string(ids.size()) + " tokens) plus -n " + std::to_string(gopt.max_new_tokens) +
-              " exceeds --ctx-size " + std::to_string(mf.ctx_size));
+          "the prompt (", ids.size(), " tokens) plus -n ", gopt.max_new_tokens, " exceeds --ctx-size ", mf.ctx_size);
   if (num_beams > 1) {  // deterministic: the sampling flags do not apply
     BeamOptions bo;
     bo.num_beams = num_beams;
@@ -179,10 +177,10 @@ int cmd_score(const ModelFlags& mf, const std::string& prompt, const std::string
 int cmd_perplexity(const ModelFlags& mf, const std::string& file, int ctx) {
   check(ctx >= 2, "--ctx must be >= 2");
   std::ifstream in(file, std::ios::binary);
-  check(static_cast<bool>(in), file + ": cannot open");
+  check(static_cast<bool>(in), file, ": cannot open");
   std::error_code ec;
   const auto fsize = std::filesystem::file_size(file, ec);
-  check(!ec && fsize <= (256u << 20), file + ": " + (ec ? ec.message() : format_bytes(static_cast<double>(fsize)) +
+  check(!ec && fsize <= (256u << 20), file, ": ", (ec ? ec.message() : format_bytes(static_cast<double>(fsize)) +
                                                                    ", over the 256 MiB limit for one perplexity run"));
   std::stringstream text;
   text << in.rdbuf();
@@ -192,7 +190,7 @@ int cmd_perplexity(const ModelFlags& mf, const std::string& file, int ctx) {
   Engine engine(mf.dir, o);
   report_mlock(engine);
   std::vector<int32_t> ids = tok.encode(text.str(), false);
-  check(ids.size() >= 2, file + ": needs at least 2 tokens, has " + std::to_string(ids.size()));
+  check(ids.size() >= 2, file, ": needs at least 2 tokens, has ", ids.size());
   engine.model().check_tokens(ids);
   check_logits_fit(std::min<size_t>(ctx, ids.size()), engine.vocab_size(), "--ctx");
   double nll = 0;

@@ -65,7 +65,7 @@ int run_plan(const PlanOptions& o) {
   HybridConfig c;
   if (!o.config_file.empty()) {
     std::ifstream in(o.config_file);
-    check(static_cast<bool>(in), o.config_file + ": cannot open");
+    check(static_cast<bool>(in), o.config_file, ": cannot open");
     std::stringstream text;
     text << in.rdbuf();
     c = parse_config_text(text.str(), o.config_file);

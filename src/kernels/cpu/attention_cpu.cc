@@ -88,7 +88,7 @@ void rope(const KernelContext& ctx, float* x, int ld_x, int T, int pos0, int n_h
           float theta) {
   const int half = rot_dim / 2;
   if (half == 0) return;
-  check(rot_dim <= kMaxHeadDim, "rotary dims above " + std::to_string(kMaxHeadDim));
+  check(rot_dim <= kMaxHeadDim, "rotary dims above ", kMaxHeadDim);
   // Angles in double: positions reach 10^5-10^6, where an f32 angle would be off by ~0.01 rad.
   // Stack buffers: no allocation per decode step.
   double inv_freq[kMaxHeadDim / 2];
@@ -115,7 +115,7 @@ void rope(const KernelContext& ctx, float* x, int ld_x, int T, int pos0, int n_h
 
 void attention(const KernelContext& ctx, const float* q, int ld_q, const PagedKv& kv, int pos0, int T, int n_heads,
                float scale, float* out) {
-  check(kv.head_dim <= kMaxHeadDim, "attention head_dim above " + std::to_string(kMaxHeadDim));
+  check(kv.head_dim <= kMaxHeadDim, "attention head_dim above ", kMaxHeadDim);
   parallel(ctx, static_cast<size_t>(T) * n_heads, 2, [&](size_t b, size_t e) {
     attention_dispatch(q, ld_q, kv, pos0, n_heads, scale, out, b, e);
   });
