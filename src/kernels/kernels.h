@@ -1,11 +1,14 @@
 // The op signatures shared by src/kernels/ref (scalar, obviously correct: the oracle) and
 // src/kernels/cpu (SIMD + threads). Both namespaces declare exactly these functions; the ref
-// versions ignore ctx. Layout convention: token-major rows, shapes in PyTorch order in comments.
+// versions ignore ctx.pool. The model calls them through a KernelTable (ctx.ops) chosen at start,
+// so a whole forward runs on either set (and later on another backend) without changing a block.
+// Layout convention: token-major rows, shapes in PyTorch order in comments.
 // Every pointer argument named `ld_*` is a row stride in elements.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "tensor/dtype.h"
 #include "tensor/quant.h"
@@ -13,9 +16,11 @@
 namespace hybridlm {
 
 class ThreadPool;
+struct KernelTable;
 
 struct KernelContext {
   ThreadPool* pool = nullptr;  // nullptr = run on the calling thread
+  const KernelTable* ops = nullptr;  // the kernels a model calls (ref_kernels() or cpu_kernels())
 };
 
 // A weight matrix W: (rows, cols) row-major (W is PyTorch's Linear.weight: (out, in)) in f32, bf16
@@ -105,3 +110,39 @@ namespace hybridlm::cpu {
 // the environment variable HYBRIDLM_CPU_PATH (never one the CPU lacks; tests force each in turn).
 const char* active_path();
 }  // namespace hybridlm::cpu
+
+namespace hybridlm {
+
+// One implementation of every op in ops.inc, as function pointers. The two state storages of
+// ssd_step and mamba1_scan (overloads in ops.inc) are two entries here, the bf16 one suffixed.
+struct KernelTable {
+  const char* name;  // "ref", "cpu"
+  decltype(&ref::matmul) matmul;
+  decltype(&ref::quantize_q8_0_rows) quantize_q8_0_rows;
+  decltype(&ref::rmsnorm) rmsnorm;
+  decltype(&ref::gated_rmsnorm) gated_rmsnorm;
+  decltype(&ref::conv1d_causal) conv1d_causal;
+  void (*mamba1_scan)(const KernelContext&, const float*, int, const float*, const float*, const float*,
+                      const float*, int, const float*, const float*, int, float*, int, int, int, float*);
+  void (*mamba1_scan_bf16)(const KernelContext&, const float*, int, const float*, const float*, const float*,
+                           const float*, int, const float*, const float*, int, uint16_t*, int, int, int, float*);
+  decltype(&ref::ssd_scan) ssd_scan;
+  void (*ssd_step)(const KernelContext&, const float*, const float*, const float*, const float*, const float*,
+                   const float*, const SsdDims&, float*, float*);
+  void (*ssd_step_bf16)(const KernelContext&, const float*, const float*, const float*, const float*,
+                        const float*, const float*, const SsdDims&, uint16_t*, float*);
+  void (*softplus)(const KernelContext&, float*, size_t);
+  decltype(&ref::embedding) embedding;
+  decltype(&ref::rope) rope;
+  decltype(&ref::attention) attention;
+  decltype(&ref::activation) activation;
+};
+
+// The scalar oracle (src/kernels/ref) and the optimised CPU kernels (src/kernels/cpu, whose SIMD
+// path is chosen inside each op: cpu::active_path()).
+const KernelTable& ref_kernels();
+const KernelTable& cpu_kernels();
+// "ref" or "cpu"; throws Error naming the value otherwise.
+const KernelTable& kernels_by_name(const std::string& name);
+
+}  // namespace hybridlm

@@ -130,9 +130,9 @@ void Model::forward(const KernelContext& ctx, std::span<const int32_t> tokens, s
   sc.rows.resize(static_cast<size_t>(R) * H);
   for (int i = 0; i < R; ++i)
     std::copy_n(sc.h.data() + static_cast<size_t>(logit_rows[i]) * H, H, sc.rows.data() + static_cast<size_t>(i) * H);
-  cpu::rmsnorm(ctx, sc.rows.data(), norm_f_.data(), R, H, cfg_.norm_eps, sc.rows.data());
+  ctx.ops->rmsnorm(ctx, sc.rows.data(), norm_f_.data(), R, H, cfg_.norm_eps, sc.rows.data());
   const Matrix& head = cfg_.tie_embeddings ? embedding_ : lm_head_;
-  cpu::matmul(ctx, head.view(), nullptr, sc.rows.data(), R, logits);
+  ctx.ops->matmul(ctx, head.view(), nullptr, sc.rows.data(), R, logits);
   if (cfg_.logits_multiplier != 1.0f)
     for (size_t i = 0; i < static_cast<size_t>(R) * cfg_.vocab_size; ++i) logits[i] *= cfg_.logits_multiplier;
 }
@@ -146,7 +146,7 @@ void Model::forward_layers(const KernelContext& ctx, std::span<const int32_t> to
   sc.xn.resize(static_cast<size_t>(T) * H);
   sc.mix.resize(static_cast<size_t>(T) * H);
   // h: (T, H) = embedding[tokens]; the residual stream stays f32 (residual_in_fp32).
-  cpu::embedding(embedding_.view(), tokens.data(), T, sc.h.data());
+  ctx.ops->embedding(embedding_.view(), tokens.data(), T, sc.h.data());
   if (cfg_.embedding_multiplier != 1.0f)
     for (float& v : sc.h) v *= cfg_.embedding_multiplier;
   const float rm = cfg_.residual_multiplier;
@@ -182,10 +182,10 @@ void Model::forward_layers(const KernelContext& ctx, std::span<const int32_t> to
       zamba2_shared_forward(ctx, cfg_.shared, shared_[b.shared_block], w.zamba, sc.h.data(), sc.emb.data(), T, H,
                             sc.runs, sc.zamba, sc.mix2.data());
       for (size_t i = 0; i < sc.h.size(); ++i) sc.xn[i] = sc.h[i] + sc.mix2[i];
-      cpu::rmsnorm(ctx, sc.xn.data(), w.norm.data(), T, H, cfg_.norm_eps, sc.xn.data());
+      ctx.ops->rmsnorm(ctx, sc.xn.data(), w.norm.data(), T, H, cfg_.norm_eps, sc.xn.data());
     } else if (b.mixer != MixerKind::None) {
       // xn = rmsnorm(h) * norm_w
-      cpu::rmsnorm(ctx, sc.h.data(), w.norm.data(), T, H, cfg_.norm_eps, sc.xn.data());
+      ctx.ops->rmsnorm(ctx, sc.h.data(), w.norm.data(), T, H, cfg_.norm_eps, sc.xn.data());
     }
     if (b.mixer != MixerKind::None) {
       // h += mixer(xn)
@@ -211,7 +211,7 @@ void Model::forward_layers(const KernelContext& ctx, std::span<const int32_t> to
     cache.store_state(runs, l, ctx.pool);
     if (b.ffn.kind != FfnKind::None) {
       // h += ffn(rmsnorm(h) * ffn_norm_w)
-      cpu::rmsnorm(ctx, sc.h.data(), w.ffn_norm.data(), T, H, cfg_.norm_eps, sc.xn.data());
+      ctx.ops->rmsnorm(ctx, sc.h.data(), w.ffn_norm.data(), T, H, cfg_.norm_eps, sc.xn.data());
       ffn_forward(ctx, b.ffn, w.ffn, sc.xn.data(), T, sc.ffn, sc.mix.data());
       for (size_t i = 0; i < sc.h.size(); ++i) sc.h[i] += rm * sc.mix[i];
     }

@@ -23,6 +23,7 @@ static int default_threads(int n) {
 Engine::Engine(const std::filesystem::path& dir, const EngineOptions& opt)
     : model_(Model::load(dir, opt.load)), pool_(default_threads(opt.threads)) {
   ctx_.pool = &pool_;
+  ctx_.ops = opt.kernels ? opt.kernels : &cpu_kernels();
   check(opt.max_sequences > 0, "max sequences must be > 0");
   check(opt.context > 0, "context must be > 0");
   check(opt.block_size > 0, "KV block size must be > 0");

@@ -26,6 +26,9 @@ struct EngineOptions {
   int kv_pages = 0;       // 0 = max_sequences x context / block_size
   DType state_dtype = DType::F32;  // recurrent state storage: F32, BF16 or F16
   bool mlock = false;  // lock the loaded weights (and everything else mapped now) in RAM
+  // The kernels every forward calls: cpu_kernels() (the default) or ref_kernels(), the scalar
+  // oracle, to run a whole model on the reference (slow; for checking, kernels_by_name).
+  const KernelTable* kernels = nullptr;  // nullptr = cpu_kernels()
 };
 
 class Engine {
@@ -36,6 +39,7 @@ class Engine {
   HybridCache& cache() { return *cache_; }
   int vocab_size() const { return model_.config().vocab_size; }
   int threads() const { return pool_.size(); }
+  const KernelTable& kernels() const { return *ctx_.ops; }
   // With EngineOptions::mlock: whether locking succeeded ("" if so, else the reason).
   const std::string& mlock_error() const { return mlock_error_; }
 

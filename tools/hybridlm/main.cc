@@ -49,6 +49,7 @@ struct ModelFlags {
   int threads = 0;
   int ctx_size = 4096;
   std::string state_dtype = "f32";
+  std::string kernels = "cpu";
   bool no_mmap = false, mlock = false;
 
   void add(CLI::App* app, bool with_threads = true) {
@@ -63,6 +64,8 @@ struct ModelFlags {
     app->add_option("-c,--ctx-size", ctx_size, "tokens per sequence the KV cache holds (attention layers only)")
         ->capture_default_str();
     app->add_option("--state-dtype", state_dtype, "recurrent state storage: f32, bf16 or f16 (half the memory)")
+        ->capture_default_str();
+    app->add_option("--kernels", kernels, "cpu (optimised) or ref (the scalar reference kernels, slow: for checking)")
         ->capture_default_str();
   }
   EngineOptions options() const {
@@ -81,6 +84,11 @@ struct ModelFlags {
     else if (state_dtype == "bf16") o.state_dtype = DType::BF16;
     else if (state_dtype == "f16") o.state_dtype = DType::F16;
     else throw Error("--state-dtype " + state_dtype + ": use f32, bf16 or f16");
+    try {
+      o.kernels = &kernels_by_name(kernels);
+    } catch (const Error& e) {
+      throw Error(std::string("--") + e.what());
+    }
     return o;
   }
 };
@@ -267,7 +275,7 @@ int cmd_inspect(const ModelFlags& mf) {
     std::printf("kv / token:     %zu bytes (%s), f32\n", kv, format_bytes(static_cast<double>(kv)).c_str());
   else
     std::printf("kv / token:     0 bytes (no attention layers)\n");
-  std::printf("cpu path:       %s\n", cpu::active_path());
+  std::printf("kernels:        %s (cpu path %s)\n", engine.kernels().name, cpu::active_path());
   return 0;
 }
 

@@ -310,3 +310,14 @@ void activation(const KernelContext&, Activation act, const float* a, const floa
 }
 
 }  // namespace hybridlm::ref
+
+namespace hybridlm {
+namespace ref {
+#include "kernels/table.inc"
+}  // namespace ref
+
+const KernelTable& ref_kernels() {
+  static const KernelTable table = ref::kernel_table("ref");
+  return table;
+}
+}  // namespace hybridlm

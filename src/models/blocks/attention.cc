@@ -33,8 +33,8 @@ static void add_lora(const KernelContext& ctx, const Matrix& down, const Matrix&
   if (down.rows == 0) return;
   sc.lora_r.resize(static_cast<size_t>(T) * down.rows);
   sc.lora_out.resize(static_cast<size_t>(T) * up.rows);
-  cpu::matmul(ctx, down.view(), nullptr, u, T, sc.lora_r.data());
-  cpu::matmul(ctx, up.view(), nullptr, sc.lora_r.data(), T, sc.lora_out.data());
+  ctx.ops->matmul(ctx, down.view(), nullptr, u, T, sc.lora_r.data());
+  ctx.ops->matmul(ctx, up.view(), nullptr, sc.lora_r.data(), T, sc.lora_out.data());
   for (size_t i = 0; i < sc.lora_out.size(); ++i) y[i] += sc.lora_out[i];
 }
 
@@ -52,9 +52,9 @@ void attention_forward(const KernelContext& ctx, const AttentionSpec& s, const A
     u = sc.u.data();
   }
   // q: (T, nH*hd), k, v: (T, nKV*hd)
-  cpu::matmul(ctx, w.q_proj.view(), data_or_null(w.q_bias), u, T, sc.q.data());
-  cpu::matmul(ctx, w.k_proj.view(), data_or_null(w.k_bias), u, T, sc.k.data());
-  cpu::matmul(ctx, w.v_proj.view(), data_or_null(w.v_bias), u, T, sc.v.data());
+  ctx.ops->matmul(ctx, w.q_proj.view(), data_or_null(w.q_bias), u, T, sc.q.data());
+  ctx.ops->matmul(ctx, w.k_proj.view(), data_or_null(w.k_bias), u, T, sc.k.data());
+  ctx.ops->matmul(ctx, w.v_proj.view(), data_or_null(w.v_bias), u, T, sc.v.data());
   if (lora) {
     add_lora(ctx, lora->q_down, lora->q_up, u, T, sc, sc.q.data());
     add_lora(ctx, lora->k_down, lora->k_up, u, T, sc, sc.k.data());
@@ -63,26 +63,26 @@ void attention_forward(const KernelContext& ctx, const AttentionSpec& s, const A
   if (s.k_scale != 1.0f)  // Falcon-H1's key_multiplier, before RoPE and the cache
     for (float& x : sc.k) x *= s.k_scale;
   if (s.qk_norm) {  // per head: rows of hd
-    cpu::rmsnorm(ctx, sc.q.data(), w.q_norm.data(), T * s.n_heads, hd, s.qk_norm_eps, sc.q.data());
-    cpu::rmsnorm(ctx, sc.k.data(), w.k_norm.data(), T * s.n_kv_heads, hd, s.qk_norm_eps, sc.k.data());
+    ctx.ops->rmsnorm(ctx, sc.q.data(), w.q_norm.data(), T * s.n_heads, hd, s.qk_norm_eps, sc.q.data());
+    ctx.ops->rmsnorm(ctx, sc.k.data(), w.k_norm.data(), T * s.n_kv_heads, hd, s.qk_norm_eps, sc.k.data());
   }
   for (const SeqRun& r : runs) {
     const size_t o = static_cast<size_t>(r.start);
     float* q = sc.q.data() + o * q_dim;
     float* k = sc.k.data() + o * kv_dim;
     if (s.rope_dim > 0) {
-      cpu::rope(ctx, q, q_dim, r.len, r.pos0, s.n_heads, hd, s.rope_dim, s.rope_theta);
-      cpu::rope(ctx, k, kv_dim, r.len, r.pos0, s.n_kv_heads, hd, s.rope_dim, s.rope_theta);
+      ctx.ops->rope(ctx, q, q_dim, r.len, r.pos0, s.n_heads, hd, s.rope_dim, s.rope_theta);
+      ctx.ops->rope(ctx, k, kv_dim, r.len, r.pos0, s.n_kv_heads, hd, s.rope_dim, s.rope_theta);
     }
     // The cache rows of this run: (len, nKV, hd) each, written before the queries read them.
     for (int t = 0; t < r.len; ++t) {
       std::memcpy(r.kv.k_row(r.pos0 + t), k + static_cast<size_t>(t) * kv_dim, sizeof(float) * kv_dim);
       std::memcpy(r.kv.v_row(r.pos0 + t), sc.v.data() + (o + t) * kv_dim, sizeof(float) * kv_dim);
     }
-    cpu::attention(ctx, q, q_dim, r.kv, r.pos0, r.len, s.n_heads, s.softmax_scale(), sc.y.data() + o * q_dim);
+    ctx.ops->attention(ctx, q, q_dim, r.kv, r.pos0, r.len, s.n_heads, s.softmax_scale(), sc.y.data() + o * q_dim);
   }
   // out: (T, H) = y @ o_proj^T
-  cpu::matmul(ctx, w.o_proj.view(), data_or_null(w.o_bias), sc.y.data(), T, out);
+  ctx.ops->matmul(ctx, w.o_proj.view(), data_or_null(w.o_bias), sc.y.data(), T, out);
   if (s.out_scale != 1.0f)
     for (size_t i = 0; i < static_cast<size_t>(T) * w.o_proj.rows; ++i) out[i] *= s.out_scale;
 }

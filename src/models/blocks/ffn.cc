@@ -67,22 +67,22 @@ static void mlp_forward(const KernelContext& ctx, const MlpSpec& s, const MlpWei
   sc.g.resize(static_cast<size_t>(T) * F);
   if (s.fused) {  // a: (T, 2F) = [gate | up]
     sc.a.resize(static_cast<size_t>(T) * 2 * F);
-    cpu::matmul(ctx, w.up.view(), data_or_null(w.up_bias), x, T, sc.a.data());
-    cpu::activation(ctx, s.act, sc.a.data(), sc.a.data() + F, 2 * F, T, F, sc.g.data());
+    ctx.ops->matmul(ctx, w.up.view(), data_or_null(w.up_bias), x, T, sc.a.data());
+    ctx.ops->activation(ctx, s.act, sc.a.data(), sc.a.data() + F, 2 * F, T, F, sc.g.data());
   } else if (s.gated) {
     sc.a.resize(static_cast<size_t>(T) * F);
     sc.b.resize(static_cast<size_t>(T) * F);
-    cpu::matmul(ctx, w.gate.view(), data_or_null(w.gate_bias), x, T, sc.a.data());  // a: (T, F)
-    cpu::matmul(ctx, w.up.view(), data_or_null(w.up_bias), x, T, sc.b.data());      // b: (T, F)
+    ctx.ops->matmul(ctx, w.gate.view(), data_or_null(w.gate_bias), x, T, sc.a.data());  // a: (T, F)
+    ctx.ops->matmul(ctx, w.up.view(), data_or_null(w.up_bias), x, T, sc.b.data());      // b: (T, F)
     if (s.gate_scale != 1.0f)  // Falcon-H1: act(gate(x) x gate_multiplier)
       for (float& v : sc.a) v *= s.gate_scale;
-    cpu::activation(ctx, s.act, sc.a.data(), sc.b.data(), F, T, F, sc.g.data());   // g = act(a) * b
+    ctx.ops->activation(ctx, s.act, sc.a.data(), sc.b.data(), F, T, F, sc.g.data());   // g = act(a) * b
   } else {
     sc.a.resize(static_cast<size_t>(T) * F);
-    cpu::matmul(ctx, w.up.view(), data_or_null(w.up_bias), x, T, sc.a.data());
-    cpu::activation(ctx, s.act, sc.a.data(), nullptr, F, T, F, sc.g.data());
+    ctx.ops->matmul(ctx, w.up.view(), data_or_null(w.up_bias), x, T, sc.a.data());
+    ctx.ops->activation(ctx, s.act, sc.a.data(), nullptr, F, T, F, sc.g.data());
   }
-  cpu::matmul(ctx, w.down.view(), data_or_null(w.down_bias), sc.g.data(), T, out);  // (T, H)
+  ctx.ops->matmul(ctx, w.down.view(), data_or_null(w.down_bias), sc.g.data(), T, out);  // (T, H)
   if (s.down_scale != 1.0f)
     for (size_t i = 0; i < static_cast<size_t>(T) * w.down.rows; ++i) out[i] *= s.down_scale;
 }
@@ -174,7 +174,7 @@ void ffn_forward(const KernelContext& ctx, const FfnSpec& s, const FfnWeights& w
     sc.logits.resize(static_cast<size_t>(T) * E);
     sc.choice.resize(static_cast<size_t>(T) * k);
     sc.weight.resize(static_cast<size_t>(T) * k);
-    cpu::matmul(ctx, w.router.view(), nullptr, x, T, sc.logits.data());  // (T, E)
+    ctx.ops->matmul(ctx, w.router.view(), nullptr, x, T, sc.logits.data());  // (T, E)
     for (int t = 0; t < T; ++t)
       route_token(s, sc.logits.data() + static_cast<size_t>(t) * E, data_or_null(w.correction),
                   sc.choice.data() + static_cast<size_t>(t) * k, sc.weight.data() + static_cast<size_t>(t) * k, sc.route);

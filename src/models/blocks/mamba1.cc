@@ -45,40 +45,40 @@ void mamba1_forward(const KernelContext& ctx, const Mamba1Spec& s, const Mamba1W
   sc.y.resize(static_cast<size_t>(T) * I);
 
   // xz: (T, 2I) = u @ in_proj^T; x = xz[:, :I], z = xz[:, I:]
-  cpu::matmul(ctx, w.in_proj.view(), data_or_null(w.in_proj_bias), u, T, sc.xz.data());
+  ctx.ops->matmul(ctx, w.in_proj.view(), data_or_null(w.in_proj_bias), u, T, sc.xz.data());
   // xc: (T, I) = silu(causal_conv(x)), per sequence from its conv state
   for_each_run(ctx, runs, [&](const KernelContext& c, const SeqRun& r) {
-    cpu::conv1d_causal(c, sc.xz.data() + static_cast<size_t>(r.start) * 2 * I, 2 * I, w.conv_w.data(),
-                       data_or_null(w.conv_b), r.conv_state, r.len, I, K, true,
-                       sc.xc.data() + static_cast<size_t>(r.start) * I);
+    c.ops->conv1d_causal(c, sc.xz.data() + static_cast<size_t>(r.start) * 2 * I, 2 * I, w.conv_w.data(),
+                          data_or_null(w.conv_b), r.conv_state, r.len, I, K, true,
+                          sc.xc.data() + static_cast<size_t>(r.start) * I);
   });
   // xdbc: (T, R + 2N) = xc @ x_proj^T -> dt_in (R), B (N), C (N)
-  cpu::matmul(ctx, w.x_proj.view(), nullptr, sc.xc.data(), T, sc.xdbc.data());
+  ctx.ops->matmul(ctx, w.x_proj.view(), nullptr, sc.xc.data(), T, sc.xdbc.data());
   for (int t = 0; t < T; ++t) {
     float* row = sc.xdbc.data() + static_cast<size_t>(t) * ld_dbc;
     if (s.dt_bc_rms) {  // RMS norm of dt_in, B and C separately (FalconMamba: no weights; Jamba: weights)
-      cpu::rmsnorm(ctx, row, data_or_null(w.dt_norm), 1, R, s.dt_bc_rms_eps, row);
-      cpu::rmsnorm(ctx, row + R, data_or_null(w.b_norm), 1, N, s.dt_bc_rms_eps, row + R);
-      cpu::rmsnorm(ctx, row + R + N, data_or_null(w.c_norm), 1, N, s.dt_bc_rms_eps, row + R + N);
+      ctx.ops->rmsnorm(ctx, row, data_or_null(w.dt_norm), 1, R, s.dt_bc_rms_eps, row);
+      ctx.ops->rmsnorm(ctx, row + R, data_or_null(w.b_norm), 1, N, s.dt_bc_rms_eps, row + R);
+      ctx.ops->rmsnorm(ctx, row + R + N, data_or_null(w.c_norm), 1, N, s.dt_bc_rms_eps, row + R + N);
     }
     std::copy(row, row + R, sc.dt_in.data() + static_cast<size_t>(t) * R);
   }
   // dt: (T, I) = softplus(dt_in @ dt_proj^T + dt_bias)
-  cpu::matmul(ctx, w.dt_proj.view(), w.dt_bias.data(), sc.dt_in.data(), T, sc.dt.data());
-  cpu::softplus(ctx, sc.dt.data(), sc.dt.size());
+  ctx.ops->matmul(ctx, w.dt_proj.view(), w.dt_bias.data(), sc.dt_in.data(), T, sc.dt.data());
+  ctx.ops->softplus(ctx, sc.dt.data(), sc.dt.size());
   // y: (T, I) = selective scan, gated by silu(z)
   for_each_run(ctx, runs, [&](const KernelContext& c, const SeqRun& r) {
     const size_t o = static_cast<size_t>(r.start);
     const float* dbc = sc.xdbc.data() + o * ld_dbc;
-    auto scan = [&](auto* h) {  // the state as stored: f32, or bf16 updated in place
-      cpu::mamba1_scan(c, sc.xc.data() + o * I, I, sc.dt.data() + o * I, w.A.data(), dbc + R, dbc + R + N, ld_dbc,
-                       w.D.data(), sc.xz.data() + o * 2 * I + I, 2 * I, h, r.len, I, N, sc.y.data() + o * I);
+    auto scan = [&](auto kernel, auto* h) {  // the state as stored: f32, or bf16 updated in place
+      kernel(c, sc.xc.data() + o * I, I, sc.dt.data() + o * I, w.A.data(), dbc + R, dbc + R + N, ld_dbc, w.D.data(),
+             sc.xz.data() + o * 2 * I + I, 2 * I, h, r.len, I, N, sc.y.data() + o * I);
     };
-    if (r.ssm_state_bf16) scan(r.ssm_state_bf16);
-    else scan(r.ssm_state);
+    if (r.ssm_state_bf16) scan(c.ops->mamba1_scan_bf16, r.ssm_state_bf16);
+    else scan(c.ops->mamba1_scan, r.ssm_state);
   });
   // out: (T, H) = y @ out_proj^T
-  cpu::matmul(ctx, w.out_proj.view(), data_or_null(w.out_proj_bias), sc.y.data(), T, out);
+  ctx.ops->matmul(ctx, w.out_proj.view(), data_or_null(w.out_proj_bias), sc.y.data(), T, out);
 }
 
 }  // namespace hybridlm

@@ -59,7 +59,7 @@ void mamba2_forward(const KernelContext& ctx, const Mamba2Spec& s, const Mamba2W
     u = sc.u.data();
   }
   // zxbcdt: (T, W) = u @ in_proj^T
-  cpu::matmul(ctx, w.in_proj.view(), data_or_null(w.in_proj_bias), u, T, sc.zxbcdt.data());
+  ctx.ops->matmul(ctx, w.in_proj.view(), data_or_null(w.in_proj_bias), u, T, sc.zxbcdt.data());
   if (std::any_of(std::begin(s.mup), std::end(s.mup), [](float m) { return m != 1.0f; })) {
     // Falcon-H1's mup_vector: one multiplier per segment [z (I) | x (I) | B (GN) | C (GN) | dt (nh)].
     const int ends[5] = {I, 2 * I, 2 * I + G * N, 2 * I + 2 * G * N, W};
@@ -71,15 +71,15 @@ void mamba2_forward(const KernelContext& ctx, const Mamba2Spec& s, const Mamba2W
   }
   // xbc: (T, conv_dim) = silu(causal_conv(xBC)), per sequence from its conv state
   for_each_run(ctx, runs, [&](const KernelContext& c, const SeqRun& r) {
-    cpu::conv1d_causal(c, sc.zxbcdt.data() + static_cast<size_t>(r.start) * W + xbc_off, W, w.conv_w.data(),
-                       data_or_null(w.conv_b), r.conv_state, r.len, conv_dim, K, true,
-                       sc.xbc.data() + static_cast<size_t>(r.start) * conv_dim);
+    c.ops->conv1d_causal(c, sc.zxbcdt.data() + static_cast<size_t>(r.start) * W + xbc_off, W, w.conv_w.data(),
+                          data_or_null(w.conv_b), r.conv_state, r.len, conv_dim, K, true,
+                          sc.xbc.data() + static_cast<size_t>(r.start) * conv_dim);
   });
   // dt: (T, nh) = clamp(softplus(dt_raw + dt_bias), time_step_limit)
   for (int t = 0; t < T; ++t)
     for (int h = 0; h < nh; ++h)
       sc.dt[static_cast<size_t>(t) * nh + h] = sc.zxbcdt[static_cast<size_t>(t) * W + dt_off + h] + w.dt_bias[h];
-  cpu::softplus(ctx, sc.dt.data(), sc.dt.size());
+  ctx.ops->softplus(ctx, sc.dt.data(), sc.dt.size());
   for (float& v : sc.dt) v = std::clamp(v, s.dt_min, s.dt_max);
   // y: (T, I) = SSD scan over x (I), B (G*N), C (G*N), per sequence from its SSM state
   const SsdDims dims{nh, s.head_dim, G, N};
@@ -91,33 +91,33 @@ void mamba2_forward(const KernelContext& ctx, const Mamba2Spec& s, const Mamba2W
     const size_t o = static_cast<size_t>(r.start);
     const float* xr = sc.xbc.data() + o * conv_dim;
     if (r.len == 1) {  // decode: the plain recurrence
-      auto step = [&](auto* S) {  // the state as stored: f32, or bf16 updated in place
-        cpu::ssd_step(c, xr, sc.dt.data() + o * nh, w.A.data(), xr + I, xr + I + G * N, w.D.data(), dims, S,
-                      sc.y.data() + o * I);
+      auto step = [&](auto kernel, auto* S) {  // the state as stored: f32, or bf16 updated in place
+        kernel(c, xr, sc.dt.data() + o * nh, w.A.data(), xr + I, xr + I + G * N, w.D.data(), dims, S,
+               sc.y.data() + o * I);
       };
-      if (r.ssm_state_bf16) step(r.ssm_state_bf16);
-      else step(r.ssm_state);
+      if (r.ssm_state_bf16) step(c.ops->ssd_step_bf16, r.ssm_state_bf16);
+      else step(c.ops->ssd_step, r.ssm_state);
       return;
     }
-    cpu::ssd_scan(c, xr, conv_dim, sc.dt.data() + o * nh, w.A.data(), xr + I, xr + I + G * N, conv_dim,
-                  w.D.data(), dims, chunk, r.ssm_state, r.len, sc.y.data() + o * I);
+    c.ops->ssd_scan(c, xr, conv_dim, sc.dt.data() + o * nh, w.A.data(), xr + I, xr + I + G * N, conv_dim,
+                     w.D.data(), dims, chunk, r.ssm_state, r.len, sc.y.data() + o * I);
   });
   const int group = s.norm_grouping == NormGrouping::Grouped ? I / G : I;
   if (s.gate_norm && !s.norm_before_gate) {
     // g: (T, I) = norm_w * rmsnorm_groups(y * silu(z))
-    cpu::gated_rmsnorm(ctx, sc.y.data(), sc.zxbcdt.data() + z_off, W, w.norm_w.data(), T, I, group, s.norm_eps,
-                       sc.g.data());
+    ctx.ops->gated_rmsnorm(ctx, sc.y.data(), sc.zxbcdt.data() + z_off, W, w.norm_w.data(), T, I, group, s.norm_eps,
+                            sc.g.data());
   } else {
     // Falcon-H1: g = (norm_w * rmsnorm_groups(y) or y) * silu(z). The groups of y: (T, I) are
     // contiguous rows of `group` channels, so one weightless rmsnorm over T * I / group rows.
-    if (s.gate_norm) cpu::rmsnorm(ctx, sc.y.data(), nullptr, T * (I / group), group, s.norm_eps, sc.y.data());
-    cpu::activation(ctx, Activation::Silu, sc.zxbcdt.data() + z_off, nullptr, W, T, I, sc.g.data());
+    if (s.gate_norm) ctx.ops->rmsnorm(ctx, sc.y.data(), nullptr, T * (I / group), group, s.norm_eps, sc.y.data());
+    ctx.ops->activation(ctx, Activation::Silu, sc.zxbcdt.data() + z_off, nullptr, W, T, I, sc.g.data());
     for (size_t t = 0; t < static_cast<size_t>(T); ++t)
       for (int i = 0; i < I; ++i)
         sc.g[t * I + i] *= sc.y[t * I + i] * (s.gate_norm ? w.norm_w[i] : 1.0f);
   }
   // out: (T, H) = g @ out_proj^T
-  cpu::matmul(ctx, w.out_proj.view(), data_or_null(w.out_proj_bias), sc.g.data(), T, out);
+  ctx.ops->matmul(ctx, w.out_proj.view(), data_or_null(w.out_proj_bias), sc.g.data(), T, out);
   if (s.out_scale != 1.0f)
     for (size_t i = 0; i < static_cast<size_t>(T) * w.out_proj.rows; ++i) out[i] *= s.out_scale;
 }

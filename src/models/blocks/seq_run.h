@@ -34,7 +34,7 @@ void for_each_run(const KernelContext& ctx, std::span<const SeqRun> runs, Fn&& f
     for (const SeqRun& r : runs) fn(ctx, r);
     return;
   }
-  const KernelContext one{};
+  const KernelContext one{nullptr, ctx.ops};  // the same kernels, on the calling thread
   ctx.pool->parallel_for(runs.size(), [&](size_t b, size_t e) {
     for (size_t i = b; i < e; ++i) fn(one, runs[i]);
   });

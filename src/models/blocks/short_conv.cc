@@ -25,7 +25,7 @@ void short_conv_forward(const KernelContext& ctx, const ShortConvSpec& s, const 
   sc.bx.resize(static_cast<size_t>(T) * H);
   sc.y.resize(static_cast<size_t>(T) * H);
   // bcx: (T, 3H) = u @ in_proj^T, split [B | C | x]
-  cpu::matmul(ctx, w.in_proj.view(), data_or_null(w.in_bias), u, T, sc.bcx.data());
+  ctx.ops->matmul(ctx, w.in_proj.view(), data_or_null(w.in_bias), u, T, sc.bcx.data());
   // bx: (T, H) = B * x
   for (int t = 0; t < T; ++t) {
     const float* r = sc.bcx.data() + static_cast<size_t>(t) * 3 * H;
@@ -34,8 +34,9 @@ void short_conv_forward(const KernelContext& ctx, const ShortConvSpec& s, const 
   }
   // y: (T, H) = causal_conv(bx) per sequence from its conv state (no activation)
   for (const SeqRun& r : runs)
-    cpu::conv1d_causal(ctx, sc.bx.data() + static_cast<size_t>(r.start) * H, H, w.conv_w.data(), data_or_null(w.conv_b),
-                       r.conv_state, r.len, H, s.d_conv, false, sc.y.data() + static_cast<size_t>(r.start) * H);
+    ctx.ops->conv1d_causal(ctx, sc.bx.data() + static_cast<size_t>(r.start) * H, H, w.conv_w.data(),
+                           data_or_null(w.conv_b), r.conv_state, r.len, H, s.d_conv, false,
+                           sc.y.data() + static_cast<size_t>(r.start) * H);
   // y *= C
   for (int t = 0; t < T; ++t) {
     const float* c = sc.bcx.data() + static_cast<size_t>(t) * 3 * H + H;
@@ -43,7 +44,7 @@ void short_conv_forward(const KernelContext& ctx, const ShortConvSpec& s, const 
     for (int i = 0; i < H; ++i) y[i] *= c[i];
   }
   // out: (T, H) = y @ out_proj^T
-  cpu::matmul(ctx, w.out_proj.view(), data_or_null(w.out_bias), sc.y.data(), T, out);
+  ctx.ops->matmul(ctx, w.out_proj.view(), data_or_null(w.out_bias), sc.y.data(), T, out);
 }
 
 }  // namespace hybridlm

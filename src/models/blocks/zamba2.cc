@@ -80,24 +80,24 @@ void zamba2_shared_forward(const KernelContext& ctx, const SharedTransformerSpec
     std::copy_n(h + static_cast<size_t>(i) * H, H, sc.s.data() + static_cast<size_t>(i) * 2 * H);
     std::copy_n(emb + static_cast<size_t>(i) * H, H, sc.s.data() + static_cast<size_t>(i) * 2 * H + H);
   }
-  cpu::rmsnorm(ctx, sc.s.data(), b.in_norm.data(), T, 2 * H, s.norm_eps, sc.s.data());
+  ctx.ops->rmsnorm(ctx, sc.s.data(), b.in_norm.data(), T, 2 * H, s.norm_eps, sc.s.data());
   // a: (T, H) = attention(s) with this layer's adapters, over this layer's KV cache
   attention_forward(ctx, s.attn, b.attn, sc.s.data(), T, runs, sc.attn, sc.a.data(), &l.lora);
   // f: (T, H) = rmsnorm(a) * pre_ff_norm
-  cpu::rmsnorm(ctx, sc.a.data(), b.pre_ff_norm.data(), T, H, s.norm_eps, sc.f.data());
+  ctx.ops->rmsnorm(ctx, sc.a.data(), b.pre_ff_norm.data(), T, H, s.norm_eps, sc.f.data());
   // gu: (T, 2F) = f @ gate_up^T (+ LoRA); m = down(act(gu[:, :F]) * gu[:, F:])
-  cpu::matmul(ctx, b.gate_up.view(), nullptr, sc.f.data(), T, sc.gu.data());
+  ctx.ops->matmul(ctx, b.gate_up.view(), nullptr, sc.f.data(), T, sc.gu.data());
   if (l.gu_down.rows > 0) {
     sc.r.resize(static_cast<size_t>(T) * l.gu_down.rows);
     sc.g.resize(std::max(sc.g.size(), static_cast<size_t>(T) * 2 * F));
-    cpu::matmul(ctx, l.gu_down.view(), nullptr, sc.f.data(), T, sc.r.data());
-    cpu::matmul(ctx, l.gu_up.view(), nullptr, sc.r.data(), T, sc.g.data());
+    ctx.ops->matmul(ctx, l.gu_down.view(), nullptr, sc.f.data(), T, sc.r.data());
+    ctx.ops->matmul(ctx, l.gu_up.view(), nullptr, sc.r.data(), T, sc.g.data());
     for (size_t i = 0; i < static_cast<size_t>(T) * 2 * F; ++i) sc.gu[i] += sc.g[i];
   }
-  cpu::activation(ctx, s.mlp.act, sc.gu.data(), sc.gu.data() + F, 2 * F, T, F, sc.g.data());
-  cpu::matmul(ctx, b.down.view(), nullptr, sc.g.data(), T, sc.m.data());
+  ctx.ops->activation(ctx, s.mlp.act, sc.gu.data(), sc.gu.data() + F, 2 * F, T, F, sc.g.data());
+  ctx.ops->matmul(ctx, b.down.view(), nullptr, sc.g.data(), T, sc.m.data());
   // t: (T, H) = m @ linear^T
-  cpu::matmul(ctx, l.linear.view(), nullptr, sc.m.data(), T, t);
+  ctx.ops->matmul(ctx, l.linear.view(), nullptr, sc.m.data(), T, t);
 }
 
 }  // namespace hybridlm

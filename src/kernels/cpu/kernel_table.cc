@@ -1,0 +1,21 @@
+// The CPU kernel table, and the choice between it and the reference by name.
+#include "base/error.h"
+#include "kernels/kernels.h"
+
+namespace hybridlm {
+namespace cpu {
+#include "kernels/table.inc"
+}  // namespace cpu
+
+const KernelTable& cpu_kernels() {
+  static const KernelTable table = cpu::kernel_table("cpu");
+  return table;
+}
+
+const KernelTable& kernels_by_name(const std::string& name) {
+  if (name == "cpu") return cpu_kernels();
+  if (name == "ref") return ref_kernels();
+  throw_error("kernels '", name, "': use cpu (optimised, the default) or ref (the scalar reference)");
+}
+
+}  // namespace hybridlm
