@@ -16,13 +16,30 @@ Model Model::load(const std::filesystem::path& dir, const LoadOptions& opt) {
   // whole files into memory first held them beside the copy (peak RSS twice the weights).
   auto ckpt = std::make_shared<const Checkpoint>(Checkpoint::open(dir, /*use_mmap=*/true));
   const WeightReader r(*ckpt, opt.dtype, /*zero_copy=*/opt.use_mmap);
-  const HybridConfig& c = m.cfg_;
+  m.load_weights(r);
+  m.params_ = r.params_read();
+  m.weight_bytes_ = r.bytes_held();
+  m.mapped_bytes_ = r.bytes_mapped();
+  if (m.mapped_bytes_ > 0) m.checkpoint_ = std::move(ckpt);
+  return m;
+}
+
+std::vector<TensorEntry> Model::tensors(const HybridConfig& c) {
+  Model m;
+  m.cfg_ = c;
+  const TensorCatalog catalog;
+  m.load_weights(catalog);
+  return catalog.entries();
+}
+
+void Model::load_weights(const TensorSource& r) {
+  const HybridConfig& c = cfg_;
   const int64_t H = c.d_model, V = c.vocab_size;
   // Hub files of some Mamba checkpoints say `embedding`, transformers says `embeddings`.
   std::string emb = c.embedding_name;
   if (emb == "backbone.embeddings.weight" && !r.has(emb) && r.has("backbone.embedding.weight"))
     emb = "backbone.embedding.weight";
-  m.embedding_ = r.matrix(emb, {V, H});
+  embedding_ = r.matrix(emb, {V, H});
   // Zamba2: each shared block is stored once, under the first of its hybrid layers whose
   // checkpoint entry holds it.
   for (int sb = 0; sb < c.shared.n_blocks; ++sb) {
@@ -35,7 +52,7 @@ Model Model::load(const std::filesystem::path& dir, const LoadOptions& opt) {
     if (prefix.empty())
       throw Error("no tensors for shared transformer block " + std::to_string(sb) +
                   " (looked for <layer>.shared_transformer.input_layernorm.weight at each hybrid layer using it)");
-    m.shared_.push_back(load_shared_block(r, prefix, c.shared, c.d_model));
+    shared_.push_back(load_shared_block(r, prefix, c.shared, c.d_model));
   }
   for (int i = 0; i < c.n_layers(); ++i) {
     const BlockSpec& b = c.blocks[i];
@@ -54,43 +71,18 @@ Model Model::load(const std::filesystem::path& dir, const LoadOptions& opt) {
         break;
     }
     if (b.shared_block >= 0)
-      lw.zamba = load_zamba2_layer(r, m.shared_[b.shared_block].prefix, n.mixer2, c.shared, b.adapter, c.d_model);
+      lw.zamba = load_zamba2_layer(r, shared_[b.shared_block].prefix, n.mixer2, c.shared, b.adapter, c.d_model);
     if (b.ffn.kind != FfnKind::None) {
       lw.ffn_norm = r.vector(n.ffn_norm, {H});
       lw.ffn = load_ffn(r, n.ffn, b.ffn, c.d_model);
     }
-    m.layers_.push_back(std::move(lw));
+    layers_.push_back(std::move(lw));
   }
-  m.norm_f_ = r.vector(c.final_norm_name, {H});
-  if (!c.tie_embeddings) m.lm_head_ = r.matrix(c.lm_head_name, {V, H});
-  m.params_ = r.params_read();
-  m.mapped_bytes_ = r.bytes_mapped();
-  if (m.mapped_bytes_ > 0) m.checkpoint_ = std::move(ckpt);
-  return m;
+  norm_f_ = r.vector(c.final_norm_name, {H});
+  if (!c.tie_embeddings) lm_head_ = r.matrix(c.lm_head_name, {V, H});
 }
 
 std::vector<LayerCacheSpec> Model::cache_specs() const { return hybridlm::cache_specs(cfg_); }
-
-size_t Model::weight_bytes() const {
-  size_t n = embedding_.bytes() + lm_head_.bytes() + norm_f_.size() * 4;
-  for (const SharedBlockWeights& b : shared_) n += zamba2_bytes(b);
-  for (const LayerWeights& l : layers_) {
-    n += (l.norm.size() + l.ffn_norm.size()) * 4;
-    for (const Matrix* m : {&l.m1.in_proj, &l.m1.x_proj, &l.m1.dt_proj, &l.m1.out_proj, &l.m2.in_proj, &l.m2.out_proj,
-                            &l.attn.q_proj, &l.attn.k_proj, &l.attn.v_proj, &l.attn.o_proj, &l.conv.in_proj,
-                            &l.conv.out_proj})
-      n += m->bytes();
-    for (const auto* v : {&l.m1.dt_norm, &l.m1.b_norm, &l.m1.c_norm, &l.attn.q_bias, &l.attn.k_bias, &l.attn.v_bias, &l.attn.o_bias, &l.attn.q_norm, &l.attn.k_norm,
-                          &l.conv.in_bias, &l.conv.out_bias, &l.conv.conv_w, &l.conv.conv_b})
-      n += v->size() * 4;
-    n += ffn_bytes(l.ffn) + zamba2_bytes(l.zamba);
-    for (const auto* v : {&l.m1.in_proj_bias, &l.m1.out_proj_bias, &l.m1.conv_w, &l.m1.conv_b, &l.m1.dt_bias,
-                          &l.m1.A, &l.m1.D, &l.m2.in_proj_bias, &l.m2.out_proj_bias, &l.m2.conv_w, &l.m2.conv_b,
-                          &l.m2.dt_bias, &l.m2.A, &l.m2.D, &l.m2.norm_w})
-      n += v->size() * 4;
-  }
-  return n;
-}
 
 void Model::check_tokens(std::span<const int32_t> tokens) const {
   const int V = cfg_.vocab_size;

@@ -58,8 +58,12 @@ class Model {
   const HybridConfig& config() const { return cfg_; }
   std::vector<LayerCacheSpec> cache_specs() const;
   size_t param_count() const { return params_; }
-  size_t weight_bytes() const;
+  // Bytes of every tensor as held in memory (copied or mapped), counted as it was loaded.
+  size_t weight_bytes() const { return weight_bytes_; }
   size_t mapped_bytes() const { return mapped_bytes_; }
+  // Every tensor a model of this config declares (names, shapes, kinds), from the same loaders
+  // that read a checkpoint: parameter counts and `plan` read this.
+  static std::vector<TensorEntry> tensors(const HybridConfig& c);
 
   // Throws Error naming the first id outside [0, vocab_size).
   void check_tokens(std::span<const int32_t> tokens) const;
@@ -76,13 +80,15 @@ class Model {
   // The embedding and every layer: h (T, H) in scratch. May write recurrent state and KV rows.
   void forward_layers(const KernelContext& ctx, std::span<const int32_t> tokens, std::span<const BatchRun> runs,
                       HybridCache& cache, ForwardScratch& scratch) const;
+  // Every tensor, in one pass of the blocks' loaders over `r` (a checkpoint or a catalog).
+  void load_weights(const TensorSource& r);
   HybridConfig cfg_;
   Matrix embedding_;
   Matrix lm_head_;  // empty when tied
   std::vector<float> norm_f_;
   std::vector<LayerWeights> layers_;
   std::vector<SharedBlockWeights> shared_;  // Zamba2's shared transformer blocks
-  size_t params_ = 0, mapped_bytes_ = 0;
+  size_t params_ = 0, weight_bytes_ = 0, mapped_bytes_ = 0;
   std::shared_ptr<const Checkpoint> checkpoint_;  // kept while matrices point into its mapping
 };
 

@@ -8,16 +8,20 @@
 
 #include "cache/hybrid_cache.h"
 #include "models/config.h"
+#include "models/weights.h"
 
 namespace hybridlm {
 
 // One LayerCacheSpec per layer: its kind, recurrent state (conv + SSM element counts) and KV shape.
 std::vector<LayerCacheSpec> cache_specs(const HybridConfig& c);
 
-// Parameters implied by the config, counted tensor by tensor as the loader reads them.
+// Parameters implied by the config: the tensors the loaders declare (Model::tensors).
 size_t param_count(const HybridConfig& c);
 // Of which: the parameters of the large matrices (which --dtype stores), the rest being f32.
 size_t matrix_param_count(const HybridConfig& c);
+// Bytes the weights take in memory when copied at `dtype` (Model::weight_bytes() of a model loaded
+// with --no-mmap; mapped matrices take rows x cols x dtype bytes instead of their panel padding).
+size_t weight_bytes(const HybridConfig& c, WeightDType dtype);
 
 // KV-cache bytes per token per sequence, summed over attention layers, at kv_dtype_bytes per value.
 size_t kv_bytes_per_token(const HybridConfig& c, size_t kv_dtype_bytes);

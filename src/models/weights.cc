@@ -39,6 +39,24 @@ static void to_panels(const float* f, int rows, int cols, T* out, Convert conver
   }
 }
 
+MatrixStorage matrix_storage(int rows, int cols, WeightDType dtype) {
+  const size_t n = static_cast<size_t>(rows) * cols;
+  // q8_0 only where a row is whole 64-code steps and the codes and scales, rows padded to whole
+  // 16-row panels, take less memory than f32: a narrow or very short matrix (Mamba-1's dt_proj at
+  // dt_rank 48, a one-row adapter) would grow with the padding, and is too small to matter; it
+  // stays f32.
+  const size_t q8_bytes = q8_code_count(rows, cols) + q8_scale_count(rows, cols) * sizeof(float);
+  if (dtype == WeightDType::Q8_0 && cols % 64 == 0 && q8_bytes < n * sizeof(float))
+    return {DType::I8, false, q8_bytes};
+  // Lane panels for whole 16-column chunks and at least 8 panels of rows. Narrower matrices
+  // (Mamba-1's x_proj: 80 or 160 rows) stay row-major: split over 2 threads, 3 or 5 panels
+  // leave one idle a third of the time, and the dot-product tiles ran them 1.5x faster at 1
+  // and 32 tokens (bench_gemm).
+  const bool panels = cols % kPanelLanes == 0 && rows >= 8 * kPanelRows;
+  const DType t = dtype == WeightDType::BF16 ? DType::BF16 : DType::F32;
+  return {t, panels, (panels ? panel_count(rows, cols) : n) * dtype_size(t)};
+}
+
 Matrix WeightReader::slice(const TensorInfo& t, int64_t row0, int rows, int cols) const {
   Matrix m;
   m.rows = rows;
@@ -50,39 +68,29 @@ Matrix WeightReader::slice(const TensorInfo& t, int64_t row0, int rows, int cols
     m.dtype = want;
     m.mapped = at;
     mapped_ += n * dtype_size(want);
+    held_ += m.bytes();
     return m;
   }
   std::vector<float> f(n);
   t.to_f32(f.data(), first, n);  // only this slice (an expert of a stacked tensor)
   t.release(first, n);           // copied: the file's pages need not stay resident beside the copy
-  // q8_0 only where a row is whole 64-code steps and the codes and scales, rows padded to whole
-  // 16-row panels, take less memory than f32: a narrow or very short matrix (Mamba-1's dt_proj at
-  // dt_rank 48, a one-row adapter) would grow with the padding, and is too small to matter; it
-  // stays f32.
-  const size_t q8_bytes = q8_code_count(rows, cols) + q8_scale_count(rows, cols) * sizeof(float);
-  if (dtype_ == WeightDType::Q8_0 && cols % 64 == 0 && q8_bytes < n * sizeof(float)) {
-    m.dtype = DType::I8;
+  const MatrixStorage st = matrix_storage(rows, cols, dtype_);
+  m.dtype = st.dtype;
+  if (st.dtype == DType::I8) {
     m.q8.resize(q8_code_count(rows, cols));
     m.q8_scales.resize(q8_scale_count(rows, cols));
     quantize_q8_0_matrix(f.data(), rows, cols, m.q8.data(), m.q8_scales.data());
   } else {
-    // Lane panels for whole 16-column chunks and at least 8 panels of rows. Narrower matrices
-    // (Mamba-1's x_proj: 80 or 160 rows) stay row-major: split over 2 threads, 3 or 5 panels
-    // leave one idle a third of the time, and the dot-product tiles ran them 1.5x faster at 1
-    // and 32 tokens (bench_gemm).
-    m.panels = cols % kPanelLanes == 0 && rows >= 8 * kPanelRows;
+    m.panels = st.panels;
     auto store = [&](auto& out, auto convert) {
       out.resize(m.panels ? panel_count(rows, cols) : n);
       if (m.panels) to_panels(f.data(), rows, cols, out.data(), convert);
       else for (size_t i = 0; i < n; ++i) out[i] = convert(f[i]);
     };
-    if (dtype_ == WeightDType::BF16) {
-      m.dtype = DType::BF16;
-      store(m.bf16, f32_to_bf16);
-    } else {
-      store(m.f32, [](float v) { return v; });
-    }
+    if (st.dtype == DType::BF16) store(m.bf16, f32_to_bf16);
+    else store(m.f32, [](float v) { return v; });
   }
+  held_ += m.bytes();
   return m;
 }
 
@@ -104,7 +112,38 @@ std::vector<float> WeightReader::vector(const std::string& name, std::vector<int
   const TensorInfo& t = checked(name, shape);
   std::vector<float> f(static_cast<size_t>(t.numel()));
   t.to_f32(f.data());
+  held_ += f.size() * sizeof(float);
   return f;
+}
+
+int64_t TensorEntry::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+size_t TensorEntry::bytes(WeightDType dtype) const {
+  if (kind == Vector) return static_cast<size_t>(numel()) * sizeof(float);
+  const int64_t copies = kind == Stacked ? shape.front() : 1;
+  const int64_t rows = shape[kind == Stacked ? 1 : 0];
+  return static_cast<size_t>(copies) *
+         matrix_storage(static_cast<int>(rows), static_cast<int>(numel() / copies / rows), dtype).bytes;
+}
+
+Matrix TensorCatalog::matrix(const std::string& name, std::vector<int64_t> shape) const {
+  entries_.push_back({name, std::move(shape), TensorEntry::Matrix});
+  return {};
+}
+
+std::vector<float> TensorCatalog::vector(const std::string& name, std::vector<int64_t> shape) const {
+  entries_.push_back({name, std::move(shape), TensorEntry::Vector});
+  return {};
+}
+
+std::vector<Matrix> TensorCatalog::stacked(const std::string& name, std::vector<int64_t> shape) const {
+  const size_t experts = shape.empty() ? 0 : static_cast<size_t>(shape.front());
+  entries_.push_back({name, std::move(shape), TensorEntry::Stacked});
+  return std::vector<Matrix>(experts);
 }
 
 }  // namespace hybridlm

@@ -45,22 +45,53 @@ struct Matrix {
 // An optional vector (bias, norm weight) as a kernel argument: nullptr when the layer has none.
 inline const float* data_or_null(const std::vector<float>& b) { return b.empty() ? nullptr : b.data(); }
 
+// How a matrix of (rows, cols) is stored when copied at --dtype: its element type, whether in lane
+// panels, and its bytes (codes, scales and panel padding included). The one rule that loading and
+// the config-only plan share.
+struct MatrixStorage {
+  DType dtype = DType::F32;
+  bool panels = false;
+  size_t bytes = 0;
+};
+MatrixStorage matrix_storage(int rows, int cols, WeightDType dtype);
+
+// Where a block's loader gets its tensors. Each loader (load_mamba2, load_attention, ...) declares
+// every tensor of its block once: its name, its shape as stored, and the field it fills. What that
+// means is the source's: WeightReader reads and converts each tensor from a checkpoint;
+// TensorCatalog records it from the config alone (parameter counts, `plan`, and later the
+// optimizer's parameter list). Two kinds of tensor, and their dtype rules:
+// - matrix(): a large weight, stored at --dtype (f32, bf16, or q8_0 where matrix_storage allows);
+// - vector(): a small parameter (norm weight, bias, conv taps, A_log, D, dt_bias), always f32.
+// All are trainable parameters.
+class TensorSource {
+ public:
+  virtual ~TensorSource() = default;
+  // A (rows, cols) matrix; `shape` may carry extra unit dims (conv1d (C, 1, K) is read as (C, K)).
+  virtual Matrix matrix(const std::string& name, std::vector<int64_t> shape) const = 0;
+  virtual std::vector<float> vector(const std::string& name, std::vector<int64_t> shape) const = 0;
+  // A stacked (E, rows, cols) tensor (Granite's experts) as E matrices of (rows, cols).
+  virtual std::vector<Matrix> stacked(const std::string& name, std::vector<int64_t> shape) const = 0;
+  // For family quirks that probe the checkpoint (an alternative name, a refused layout): whether a
+  // tensor exists, and its info. A catalog has no checkpoint: has() is true, find() null.
+  virtual bool has(const std::string& name) const = 0;
+  virtual const TensorInfo* find(const std::string& name) const = 0;
+};
+
 // Reads tensors from a checkpoint with shape checks whose errors name the tensor.
-class WeightReader {
+class WeightReader final : public TensorSource {
  public:
   // zero_copy: matrices whose on-disk dtype is the requested one point into the checkpoint's
   // mapping instead of being copied (the caller keeps the Checkpoint alive).
   WeightReader(const Checkpoint& ckpt, WeightDType dtype, bool zero_copy = false)
       : ckpt_(ckpt), dtype_(dtype), zero_copy_(zero_copy) {}
-  // A (rows, cols) matrix; `shape` may carry extra unit dims (conv1d (C, 1, K) is read as (C, K)).
-  Matrix matrix(const std::string& name, std::vector<int64_t> shape) const;
-  std::vector<float> vector(const std::string& name, std::vector<int64_t> shape) const;
-  // A stacked (E, rows, cols) tensor (Granite's experts) as E matrices of (rows, cols).
-  std::vector<Matrix> stacked(const std::string& name, std::vector<int64_t> shape) const;
-  bool has(const std::string& name) const { return ckpt_.find(name) != nullptr; }
-  const TensorInfo* find(const std::string& name) const { return ckpt_.find(name); }
+  Matrix matrix(const std::string& name, std::vector<int64_t> shape) const override;
+  std::vector<float> vector(const std::string& name, std::vector<int64_t> shape) const override;
+  std::vector<Matrix> stacked(const std::string& name, std::vector<int64_t> shape) const override;
+  bool has(const std::string& name) const override { return ckpt_.find(name) != nullptr; }
+  const TensorInfo* find(const std::string& name) const override { return ckpt_.find(name); }
   size_t params_read() const { return params_; }
   size_t bytes_mapped() const { return mapped_; }
+  size_t bytes_held() const { return held_; }  // every tensor returned, as stored (mapped included)
 
  private:
   const TensorInfo& checked(const std::string& name, const std::vector<int64_t>& shape) const;
@@ -69,7 +100,32 @@ class WeightReader {
   const Checkpoint& ckpt_;
   WeightDType dtype_;
   bool zero_copy_;
-  mutable size_t params_ = 0, mapped_ = 0;
+  mutable size_t params_ = 0, mapped_ = 0, held_ = 0;
+};
+
+// One tensor a model declares, from its config alone.
+struct TensorEntry {
+  enum Kind { Vector, Matrix, Stacked };  // which TensorSource call declared it
+  std::string name;
+  std::vector<int64_t> shape;  // as stored in the checkpoint
+  Kind kind = Vector;
+  int64_t numel() const;
+  // Bytes in memory when loaded (copied) at `dtype`: matrix_storage per matrix, f32 for vectors.
+  size_t bytes(WeightDType dtype) const;
+};
+
+// Records every tensor a loader declares, returning empty matrices and vectors.
+class TensorCatalog final : public TensorSource {
+ public:
+  Matrix matrix(const std::string& name, std::vector<int64_t> shape) const override;
+  std::vector<float> vector(const std::string& name, std::vector<int64_t> shape) const override;
+  std::vector<Matrix> stacked(const std::string& name, std::vector<int64_t> shape) const override;
+  bool has(const std::string&) const override { return true; }
+  const TensorInfo* find(const std::string&) const override { return nullptr; }
+  const std::vector<TensorEntry>& entries() const { return entries_; }
+
+ private:
+  mutable std::vector<TensorEntry> entries_;
 };
 
 }  // namespace hybridlm

@@ -155,6 +155,14 @@ for preset in ["hybridlm-tiny", "jamba-tiny", "bamba-tiny", "granite-h-tiny", "n
     want = int(out2.split("parameters:")[1].split()[0]) if rc2 == 0 else -1
     check(f"plan's parameter count equals the loader's ({preset})", rc == 0 and json.loads(out)["parameters"] == want,
           out + out2)
+    # plan sizes the weights from the same tensor declarations and storage rule as the loader:
+    # equal to the bytes a --no-mmap load holds, at every --dtype.
+    for dt in ["f32", "bf16", "q8_0"]:
+        rc, out, _ = run("plan", "-m", d, "--dtype", dt, "--json")
+        rc2, out2, _ = run("inspect", "-m", d, "--dtype", dt, "--no-mmap")
+        want = int(out2.split("weight bytes:")[1].split()[0]) if rc2 == 0 else -1
+        check(f"plan's weight bytes equal the loaded model's ({preset}, {dt})",
+              rc == 0 and json.loads(out)["weight_bytes"] == want, out + out2)
 rc, out, err = run("generate", "-m", os.path.join(scratch, "jamba-tiny"), "-p", "Once", "-n", "3", "--mlock",
                    "--state-dtype", "bf16")
 check("generate --mlock --state-dtype bf16 runs and reports peak RSS", rc == 0 and "peak RSS: " in err, out + err)

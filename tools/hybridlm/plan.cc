@@ -9,7 +9,6 @@
 #include "base/error.h"
 #include "models/config.h"
 #include "models/plan.h"
-#include "tensor/quant.h"
 #include "tools/hybridlm/format.h"
 
 namespace hybridlm {
@@ -22,13 +21,11 @@ size_t dtype_bytes(const std::string& flag, const std::string& v) {
   throw Error(flag + " " + v + ": use f32, bf16 or f16");
 }
 
-// Bytes per weight-matrix parameter in memory; q8_0 stores 32 int8 codes and an f32 scale per
-// block (padding to 64 codes and 8 rows, and the narrow matrices that stay f32, ignored here:
-// an estimate a little low).
-double weight_dtype_bytes(const std::string& v) {
-  if (v == "q8_0") return (kQ8Block + 4.0) / kQ8Block;
+// The weights' storage type for --dtype: f16 weights are sized as bf16 (two bytes each).
+WeightDType weight_dtype(const std::string& v) {
+  if (v == "f16") return WeightDType::BF16;
   try {
-    return static_cast<double>(dtype_bytes("--dtype", v));
+    return parse_weight_dtype(v);
   } catch (const Error&) {
     throw Error("--dtype " + v + ": use f32, bf16, f16 or q8_0");
   }
@@ -58,7 +55,7 @@ double parse_memory_size(const std::string& s) {
 int run_plan(const PlanOptions& o) {
   check(o.model_dir.empty() != o.config_file.empty(), "give exactly one of -m/--model or --config");
   check(o.context >= 0, "--context must be >= 0");
-  const double wbytes = weight_dtype_bytes(o.dtype);
+  const WeightDType wdtype = weight_dtype(o.dtype);
   const size_t sbytes = dtype_bytes("--state-dtype", o.state_dtype);
   const size_t kvbytes = dtype_bytes("--kv-dtype", o.kv_dtype);
   const double memory = parse_memory_size(o.memory);
@@ -93,8 +90,7 @@ int run_plan(const PlanOptions& o) {
     ssm += static_cast<double>(specs[i].state.ssm_elems * sbytes);
   }
   const double params = static_cast<double>(param_count(c));
-  const double matrix_params = static_cast<double>(matrix_param_count(c));
-  const double weights = matrix_params * wbytes + (params - matrix_params) * 4.0;
+  const double weights = static_cast<double>(weight_bytes(c, wdtype));
   const double kv_per_token = static_cast<double>(kv_bytes_per_token(c, kvbytes));
   const double per_seq = conv + ssm + kv_per_token * static_cast<double>(o.context);
   const double left = memory - weights;

@@ -6,7 +6,7 @@
 
 namespace hybridlm {
 
-AttentionWeights load_attention(const WeightReader& r, const std::string& p, const AttentionSpec& s, int H) {
+AttentionWeights load_attention(const TensorSource& r, const std::string& p, const AttentionSpec& s, int H) {
   const int64_t q_dim = static_cast<int64_t>(s.n_heads) * s.head_dim;
   const int64_t kv_dim = static_cast<int64_t>(s.n_kv_heads) * s.head_dim;
   AttentionWeights w;

@@ -30,7 +30,7 @@ struct AttentionScratch {
   std::vector<float> u, q, k, v, y, lora_r, lora_out;
 };
 
-AttentionWeights load_attention(const WeightReader& r, const std::string& prefix, const AttentionSpec& s,
+AttentionWeights load_attention(const TensorSource& r, const std::string& prefix, const AttentionSpec& s,
                                 int d_model);
 
 // out: (T, H) = attention(u: (T, H)). Writes this run's K and V into the cache at positions

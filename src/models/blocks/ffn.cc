@@ -9,7 +9,7 @@
 
 namespace hybridlm {
 
-static MlpWeights load_mlp(const WeightReader& r, const std::string& p, const MlpSpec& s, int H) {
+static MlpWeights load_mlp(const TensorSource& r, const std::string& p, const MlpSpec& s, int H) {
   const int64_t F = s.d_ff;
   MlpWeights w;
   if (s.fused) {
@@ -28,7 +28,7 @@ static MlpWeights load_mlp(const WeightReader& r, const std::string& p, const Ml
   return w;
 }
 
-FfnWeights load_ffn(const WeightReader& r, const std::string& p, const FfnSpec& s, int H) {
+FfnWeights load_ffn(const TensorSource& r, const std::string& p, const FfnSpec& s, int H) {
   FfnWeights w;
   if (s.kind == FfnKind::Mlp) w.mlp = load_mlp(r, p, s.mlp, H);
   if (s.kind == FfnKind::Moe) {
@@ -47,17 +47,6 @@ FfnWeights load_ffn(const WeightReader& r, const std::string& p, const FfnSpec& 
   }
   if (s.shared.d_ff > 0) w.shared = load_mlp(r, s.shared_prefix, s.shared, H);
   return w;
-}
-
-static size_t mlp_bytes(const MlpWeights& w) {
-  return w.gate.bytes() + w.up.bytes() + w.down.bytes() +
-         (w.gate_bias.size() + w.up_bias.size() + w.down_bias.size()) * sizeof(float);
-}
-
-size_t ffn_bytes(const FfnWeights& w) {
-  size_t n = mlp_bytes(w.mlp) + w.router.bytes() + w.correction.size() * sizeof(float) + mlp_bytes(w.shared);
-  for (const MlpWeights& e : w.experts) n += mlp_bytes(e);
-  return n;
 }
 
 // out: (T, H) = mlp(x: (T, H))

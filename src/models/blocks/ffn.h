@@ -41,8 +41,7 @@ struct FfnScratch {
   RouteScratch route;
 };
 
-FfnWeights load_ffn(const WeightReader& r, const std::string& prefix, const FfnSpec& s, int d_model);
-size_t ffn_bytes(const FfnWeights& w);
+FfnWeights load_ffn(const TensorSource& r, const std::string& prefix, const FfnSpec& s, int d_model);
 
 // out: (T, H) = ffn(x: (T, H)).
 void ffn_forward(const KernelContext& ctx, const FfnSpec& s, const FfnWeights& w, const float* x, int T,

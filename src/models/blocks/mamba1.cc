@@ -6,7 +6,7 @@
 
 namespace hybridlm {
 
-Mamba1Weights load_mamba1(const WeightReader& r, const std::string& p, const Mamba1Spec& s, int H) {
+Mamba1Weights load_mamba1(const TensorSource& r, const std::string& p, const Mamba1Spec& s, int H) {
   const int64_t I = s.d_inner, N = s.d_state, R = s.dt_rank, K = s.d_conv;
   Mamba1Weights w;
   w.in_proj = r.matrix(p + "in_proj.weight", {2 * I, H});

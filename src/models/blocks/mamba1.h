@@ -31,7 +31,7 @@ struct Mamba1Scratch {
   std::vector<float> xz, xc, xdbc, dt_in, dt, y;
 };
 
-Mamba1Weights load_mamba1(const WeightReader& r, const std::string& prefix, const Mamba1Spec& s, int d_model);
+Mamba1Weights load_mamba1(const TensorSource& r, const std::string& prefix, const Mamba1Spec& s, int d_model);
 LayerStateSpec mamba1_state_spec(const Mamba1Spec& s);
 
 // out: (T, H) = mixer(u: (T, H)); runs partition the T rows and carry each sequence's state.

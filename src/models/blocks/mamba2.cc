@@ -9,7 +9,7 @@
 
 namespace hybridlm {
 
-Mamba2Weights load_mamba2(const WeightReader& r, const std::string& p, const Mamba2Spec& s, int H) {
+Mamba2Weights load_mamba2(const TensorSource& r, const std::string& p, const Mamba2Spec& s, int H) {
   const int64_t I = s.d_inner, nh = s.n_heads, K = s.d_conv, conv_dim = s.conv_dim();
   Mamba2Weights w;
   // mamba_ssm's Mamba2 with d_ssm < d_inner adds a gated-MLP branch whose rows sit in front of

@@ -30,7 +30,7 @@ struct Mamba2Scratch {
   std::vector<float> u, zxbcdt, xbc, dt, y, g;
 };
 
-Mamba2Weights load_mamba2(const WeightReader& r, const std::string& prefix, const Mamba2Spec& s, int d_model);
+Mamba2Weights load_mamba2(const TensorSource& r, const std::string& prefix, const Mamba2Spec& s, int d_model);
 LayerStateSpec mamba2_state_spec(const Mamba2Spec& s);
 
 void mamba2_forward(const KernelContext& ctx, const Mamba2Spec& s, const Mamba2Weights& w, const float* u,

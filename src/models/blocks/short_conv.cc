@@ -4,7 +4,7 @@
 
 namespace hybridlm {
 
-ShortConvWeights load_short_conv(const WeightReader& r, const std::string& p, const ShortConvSpec& s, int H) {
+ShortConvWeights load_short_conv(const TensorSource& r, const std::string& p, const ShortConvSpec& s, int H) {
   ShortConvWeights w;
   w.in_proj = r.matrix(p + "in_proj.weight", {3 * int64_t{H}, H});
   w.out_proj = r.matrix(p + "out_proj.weight", {H, H});

@@ -25,7 +25,7 @@ struct ShortConvScratch {
   std::vector<float> bcx, bx, y;
 };
 
-ShortConvWeights load_short_conv(const WeightReader& r, const std::string& prefix, const ShortConvSpec& s, int d_model);
+ShortConvWeights load_short_conv(const TensorSource& r, const std::string& prefix, const ShortConvSpec& s, int d_model);
 LayerStateSpec short_conv_state_spec(const ShortConvSpec& s, int d_model);
 
 void short_conv_forward(const KernelContext& ctx, const ShortConvSpec& s, const ShortConvWeights& w, const float* u,

@@ -6,7 +6,7 @@
 
 namespace hybridlm {
 
-SharedBlockWeights load_shared_block(const WeightReader& r, const std::string& p, const SharedTransformerSpec& s,
+SharedBlockWeights load_shared_block(const TensorSource& r, const std::string& p, const SharedTransformerSpec& s,
                                      int H) {
   SharedBlockWeights b;
   b.prefix = p;
@@ -26,7 +26,7 @@ SharedBlockWeights load_shared_block(const WeightReader& r, const std::string& p
   return b;
 }
 
-Zamba2LayerWeights load_zamba2_layer(const WeightReader& r, const std::string& bp, const std::string& lp,
+Zamba2LayerWeights load_zamba2_layer(const TensorSource& r, const std::string& bp, const std::string& lp,
                                      const SharedTransformerSpec& s, int adapter, int H) {
   Zamba2LayerWeights l;
   const int64_t R = s.adapter_rank, H2 = 2 * int64_t{H}, F = s.mlp.d_ff;
@@ -50,18 +50,6 @@ Zamba2LayerWeights load_zamba2_layer(const WeightReader& r, const std::string& b
   }
   l.linear = r.matrix(lp + "linear.weight", {H, H});
   return l;
-}
-
-size_t zamba2_bytes(const SharedBlockWeights& b) {
-  return (b.in_norm.size() + b.pre_ff_norm.size()) * sizeof(float) + b.attn.q_proj.bytes() + b.attn.k_proj.bytes() +
-         b.attn.v_proj.bytes() + b.attn.o_proj.bytes() + b.gate_up.bytes() + b.down.bytes();
-}
-
-size_t zamba2_bytes(const Zamba2LayerWeights& l) {
-  size_t n = l.gu_down.bytes() + l.gu_up.bytes() + l.linear.bytes();
-  for (const Matrix* m : {&l.lora.q_down, &l.lora.q_up, &l.lora.k_down, &l.lora.k_up, &l.lora.v_down, &l.lora.v_up})
-    n += m->bytes();
-  return n;
 }
 
 void zamba2_shared_forward(const KernelContext& ctx, const SharedTransformerSpec& s, const SharedBlockWeights& b,

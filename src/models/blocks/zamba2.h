@@ -35,13 +35,11 @@ struct Zamba2Scratch {
   AttentionScratch attn;
 };
 
-SharedBlockWeights load_shared_block(const WeightReader& r, const std::string& prefix, const SharedTransformerSpec& s,
+SharedBlockWeights load_shared_block(const TensorSource& r, const std::string& prefix, const SharedTransformerSpec& s,
                                      int d_model);
-Zamba2LayerWeights load_zamba2_layer(const WeightReader& r, const std::string& block_prefix,
+Zamba2LayerWeights load_zamba2_layer(const TensorSource& r, const std::string& block_prefix,
                                      const std::string& layer_prefix, const SharedTransformerSpec& s, int adapter,
                                      int d_model);
-size_t zamba2_bytes(const SharedBlockWeights& b);
-size_t zamba2_bytes(const Zamba2LayerWeights& l);
 
 // t: (T, H) = linear(shared_block(h, emb)), writing the layer's K/V into the runs' caches.
 void zamba2_shared_forward(const KernelContext& ctx, const SharedTransformerSpec& s, const SharedBlockWeights& b,
