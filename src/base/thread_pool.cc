@@ -77,7 +77,7 @@ void ThreadPool::worker(int index) {
   }
 }
 
-void ThreadPool::parallel_for(size_t n, const std::function<void(size_t, size_t)>& fn, size_t grain) {
+void ThreadPool::parallel_for(size_t n, FunctionRef<void(size_t, size_t)> fn, size_t grain) {
   if (n == 0) return;
   const size_t chunks = std::min<size_t>(n_threads_, (n + grain - 1) / std::max<size_t>(grain, 1));
   if (chunks <= 1 || threads_.empty()) {

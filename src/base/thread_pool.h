@@ -9,10 +9,11 @@
 #include <condition_variable>
 #include <exception>
 #include <cstddef>
-#include <functional>
 #include <mutex>
 #include <thread>
 #include <vector>
+
+#include "base/function_ref.h"
 
 namespace hybridlm {
 
@@ -27,7 +28,7 @@ class ThreadPool {
   // fn(begin, end) over a split of [0, n); each range is at least `grain` long (except the last).
   // Not reentrant: fn must not call parallel_for on the same pool. An exception thrown by fn on
   // any thread is rethrown here, after every thread has finished its range.
-  void parallel_for(size_t n, const std::function<void(size_t, size_t)>& fn, size_t grain = 1);
+  void parallel_for(size_t n, FunctionRef<void(size_t, size_t)> fn, size_t grain = 1);
 
  private:
   void worker(int index);
@@ -35,7 +36,7 @@ class ThreadPool {
   int n_threads_;
   std::vector<std::thread> threads_;
   // The job of the current generation (written before generation_ is bumped).
-  const std::function<void(size_t, size_t)>* job_ = nullptr;
+  const FunctionRef<void(size_t, size_t)>* job_ = nullptr;
   size_t job_n_ = 0, job_chunks_ = 0;
   std::atomic<uint64_t> generation_{0};
   std::atomic<int> pending_{0};

@@ -134,6 +134,20 @@ HybridCache::HybridCache(std::vector<LayerCacheSpec> layers, const CacheOptions&
   }
   pages_ = std::make_shared<KvPagePool>(kv_layers, block_size_, n_pages);
   seqs_.resize(static_cast<size_t>(opt.max_sequences));
+  // Block tables and the step's scratch at their working size now, so that a step never allocates
+  // (a sequence past `context` tokens may still grow its table).
+  if (has_kv_) {
+    const int64_t per_seq = (static_cast<int64_t>(opt.context) + opt.block_size - 1) / opt.block_size;
+    for (Seq& q : seqs_) q.pages.reserve(static_cast<size_t>(std::min<int64_t>(per_seq, n_pages)));
+    writers_.reserve(seqs_.size());
+  }
+}
+
+void HybridCache::clear(Seq& s) {
+  release_pages(s);
+  s.length = 0;
+  s.kept.clear();
+  s.failed = false;
 }
 
 HybridCache::~HybridCache() = default;
@@ -145,7 +159,7 @@ bool HybridCache::is_live(int seq) const { return states_.is_live(seq); }
 
 int HybridCache::add() {
   const int s = states_.acquire();
-  seqs_[s] = Seq{};
+  clear(seqs_[s]);
   return s;
 }
 
@@ -156,15 +170,13 @@ void HybridCache::release_pages(Seq& s) {
 
 void HybridCache::remove(int seq) {
   check_live(seq);
-  release_pages(seqs_[seq]);
-  seqs_[seq] = Seq{};
+  clear(seqs_[seq]);
   states_.release(seq);
 }
 
 void HybridCache::reset(int seq) {
   check_live(seq);
-  release_pages(seqs_[seq]);
-  seqs_[seq] = Seq{};
+  clear(seqs_[seq]);
   states_.reset(seq);
 }
 
@@ -173,7 +185,7 @@ int HybridCache::fork(int seq) {
   const int child = states_.acquire();
   states_.copy(seq, child);
   Seq& c = seqs_[child];
-  c = Seq{};
+  clear(c);
   c.pages = seqs_[seq].pages;
   for (int32_t p : c.pages) pages_->ref(p);
   c.length = seqs_[seq].length;
@@ -285,7 +297,8 @@ void HybridCache::prepare(std::span<const BatchRun> runs) {
   // New pages, plus copies of shared partly filled pages: m runs writing into a page with r
   // references copy it min(m, r - 1) times (the last holder in the batch keeps the original).
   int64_t need = 0;
-  std::vector<std::pair<int32_t, int>> writers;  // (page, runs writing into it)
+  std::vector<std::pair<int32_t, int>>& writers = writers_;  // (page, runs writing into it)
+  writers.clear();
   for (const BatchRun& r : runs) {
     if (r.len == 0) continue;
     const Seq& s = seqs_[r.seq];

@@ -151,6 +151,7 @@ class HybridCache {
   };
   void check_live(int seq) const;
   void release_pages(Seq& s);
+  void clear(Seq& s);  // empty, keeping the block table's capacity
   std::vector<LayerCacheSpec> layers_;
   std::vector<int> kv_index_;  // model layer -> index into the page pool's layers, or -1
   int block_size_;
@@ -164,6 +165,7 @@ class HybridCache {
   bool ssm_in_place_ = false;        // the staged layer's SSM states were left in bf16 storage
   std::shared_ptr<KvPagePool> pages_;
   std::vector<Seq> seqs_;  // indexed by seq id (= state slot)
+  std::vector<std::pair<int32_t, int>> writers_;  // prepare(): shared pages a step writes into
 };
 
 }  // namespace hybridlm

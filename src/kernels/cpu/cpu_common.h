@@ -5,7 +5,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 
 #include "base/thread_pool.h"
 #include "kernels/cpu/cpu_features.h"
@@ -49,7 +48,7 @@ HYBRIDLM_INLINE float widen(uint16_t v) { return bf16_to_f32(v); }
 HYBRIDLM_INLINE void narrow(float v, float& out) { out = v; }
 HYBRIDLM_INLINE void narrow(float v, uint16_t& out) { out = f32_to_bf16(v); }
 
-inline void parallel(const KernelContext& ctx, size_t n, size_t grain, const std::function<void(size_t, size_t)>& fn) {
+inline void parallel(const KernelContext& ctx, size_t n, size_t grain, FunctionRef<void(size_t, size_t)> fn) {
   if (ctx.pool) ctx.pool->parallel_for(n, fn, grain);
   else fn(0, n);
 }

@@ -168,6 +168,15 @@ void ffn_forward(const KernelContext& ctx, const FfnSpec& s, const FfnWeights& w
       route_token(s, sc.logits.data() + static_cast<size_t>(t) * E, data_or_null(w.correction),
                   sc.choice.data() + static_cast<size_t>(t) * k, sc.weight.data() + static_cast<size_t>(t) * k, sc.route);
     std::fill_n(out, static_cast<size_t>(T) * H, 0.0f);
+    // An expert gets at most T rows: room for that now, so that the buffers' sizes depend on T
+    // alone and not on how a step's tokens happen to be routed (no allocation once warm).
+    const size_t rows_max = static_cast<size_t>(T), F = static_cast<size_t>(s.mlp.d_ff);
+    sc.rows.reserve(rows_max);
+    sc.xe.reserve(rows_max * H);
+    sc.ye.reserve(rows_max * H);
+    sc.a.reserve(rows_max * 2 * F);
+    sc.b.reserve(rows_max * F);
+    sc.g.reserve(rows_max * F);
     // Each expert runs once on the rows routed to it (gathered into one GEMM), and its outputs are
     // added back weighted. A token's sum runs over experts in id order whatever the batch holds.
     for (int e = 0; e < E; ++e) {
