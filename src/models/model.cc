@@ -58,17 +58,10 @@ void Model::load_weights(const TensorSource& r) {
     const BlockSpec& b = c.blocks[i];
     const BlockNames& n = b.names;
     LayerWeights lw;
-    if (b.mixer != MixerKind::None) lw.norm = r.vector(n.mixer_norm, {H});
-    switch (b.mixer) {
-      case MixerKind::None: break;
-      case MixerKind::Mamba1: lw.m1 = load_mamba1(r, n.mixer, b.m1, c.d_model); break;
-      case MixerKind::Mamba2: lw.m2 = load_mamba2(r, n.mixer, b.m2, c.d_model); break;
-      case MixerKind::Attention: lw.attn = load_attention(r, n.mixer, b.attn, c.d_model); break;
-      case MixerKind::ShortConv: lw.conv = load_short_conv(r, n.mixer, b.conv, c.d_model); break;
-      case MixerKind::Mamba2Attention:
-        lw.m2 = load_mamba2(r, n.mixer, b.m2, c.d_model);
-        lw.attn = load_attention(r, n.mixer2, b.attn, c.d_model);
-        break;
+    lw.mixer = make_mixer(b, c.d_model);
+    if (lw.mixer) {
+      lw.norm = r.vector(n.mixer_norm, {H});
+      lw.mixer->load(r);
     }
     if (b.shared_block >= 0)
       lw.zamba = load_zamba2_layer(r, shared_[b.shared_block].prefix, n.mixer2, c.shared, b.adapter, c.d_model);
@@ -83,6 +76,24 @@ void Model::load_weights(const TensorSource& r) {
 }
 
 std::vector<LayerCacheSpec> Model::cache_specs() const { return hybridlm::cache_specs(cfg_); }
+
+size_t Model::scratch_floats(int T) const {
+  size_t n = 0;
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    if (layers_[l].mixer) n = std::max(n, layers_[l].mixer->scratch_floats(T));
+    if (cfg_.blocks[l].shared_block >= 0) n = std::max(n, zamba2_scratch_floats(cfg_.shared, cfg_.d_model, T));
+  }
+  return n;
+}
+
+void Model::reserve(ForwardScratch& sc, int T, int seqs) const {
+  const size_t TH = static_cast<size_t>(T) * cfg_.d_model;
+  for (std::vector<float>* v : {&sc.h, &sc.xn, &sc.mix}) v->reserve(TH);
+  if (!shared_.empty()) sc.emb.reserve(TH);
+  sc.mix2.reserve(TH);
+  sc.runs.reserve(static_cast<size_t>(seqs));
+  if (const size_t need = scratch_floats(T); sc.arena.size() < need) sc.arena.resize(need);
+}
 
 void Model::check_tokens(std::span<const int32_t> tokens) const {
   const int V = cfg_.vocab_size;
@@ -134,6 +145,7 @@ void Model::forward_layers(const KernelContext& ctx, std::span<const int32_t> to
   const int T = static_cast<int>(tokens.size());
   const int H = cfg_.d_model;
 
+  if (const size_t need = scratch_floats(T); sc.arena.size() < need) sc.arena.resize(need);  // past reserve()
   sc.h.resize(static_cast<size_t>(T) * H);
   sc.xn.resize(static_cast<size_t>(T) * H);
   sc.mix.resize(static_cast<size_t>(T) * H);
@@ -150,8 +162,7 @@ void Model::forward_layers(const KernelContext& ctx, std::span<const int32_t> to
     sc.runs.clear();
     // f32 views of this layer's state (a no-op for f32 storage). A decode step updates bf16 SSM
     // states in place in the mixers whose kernels take them (SeqRun::ssm_state_bf16).
-    const bool bf16_in_place =
-        b.mixer == MixerKind::Mamba1 || b.mixer == MixerKind::Mamba2 || b.mixer == MixerKind::Mamba2Attention;
+    const bool bf16_in_place = w.mixer && w.mixer->bf16_state_in_place();
     cache.load_state(runs, l, ctx.pool, bf16_in_place);
     int start = 0;
     for (const BatchRun& r : runs) {
@@ -171,33 +182,19 @@ void Model::forward_layers(const KernelContext& ctx, std::span<const int32_t> to
     if (b.shared_block >= 0) {
       // Zamba2 hybrid layer: t = linear(shared_block(h, emb)); xn = rmsnorm(h + t) * norm_w
       sc.mix2.resize(sc.h.size());
+      FloatArena arena(sc.arena.data(), sc.arena.size());
       zamba2_shared_forward(ctx, cfg_.shared, shared_[b.shared_block], w.zamba, sc.h.data(), sc.emb.data(), T, H,
-                            sc.runs, sc.zamba, sc.mix2.data());
+                            sc.runs, arena, sc.mix2.data());
       for (size_t i = 0; i < sc.h.size(); ++i) sc.xn[i] = sc.h[i] + sc.mix2[i];
       ctx.ops->rmsnorm(ctx, sc.xn.data(), w.norm.data(), T, H, cfg_.norm_eps, sc.xn.data());
-    } else if (b.mixer != MixerKind::None) {
+    } else if (w.mixer) {
       // xn = rmsnorm(h) * norm_w
       ctx.ops->rmsnorm(ctx, sc.h.data(), w.norm.data(), T, H, cfg_.norm_eps, sc.xn.data());
     }
-    if (b.mixer != MixerKind::None) {
+    if (w.mixer) {
       // h += mixer(xn)
-      switch (b.mixer) {
-        case MixerKind::None: break;
-        case MixerKind::Mamba1: mamba1_forward(ctx, b.m1, w.m1, sc.xn.data(), T, sc.runs, sc.m1, sc.mix.data()); break;
-        case MixerKind::Mamba2: mamba2_forward(ctx, b.m2, w.m2, sc.xn.data(), T, sc.runs, sc.m2, sc.mix.data()); break;
-        case MixerKind::Attention:
-          attention_forward(ctx, b.attn, w.attn, sc.xn.data(), T, sc.runs, sc.attn, sc.mix.data());
-          break;
-        case MixerKind::ShortConv:
-          short_conv_forward(ctx, b.conv, w.conv, sc.xn.data(), T, H, sc.runs, sc.conv, sc.mix.data());
-          break;
-        case MixerKind::Mamba2Attention:  // mix = mamba2(xn) + attention(xn)
-          mamba2_forward(ctx, b.m2, w.m2, sc.xn.data(), T, sc.runs, sc.m2, sc.mix.data());
-          sc.mix2.resize(sc.mix.size());
-          attention_forward(ctx, b.attn, w.attn, sc.xn.data(), T, sc.runs, sc.attn, sc.mix2.data());
-          for (size_t i = 0; i < sc.mix.size(); ++i) sc.mix[i] += sc.mix2[i];
-          break;
-      }
+      FloatArena arena(sc.arena.data(), sc.arena.size());
+      w.mixer->forward(ctx, sc.xn.data(), T, sc.runs, arena, sc.mix.data());
       for (size_t i = 0; i < sc.h.size(); ++i) sc.h[i] += rm * sc.mix[i];
     }
     cache.store_state(runs, l, ctx.pool);

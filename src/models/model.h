@@ -9,12 +9,9 @@
 #include <vector>
 
 #include "cache/hybrid_cache.h"
-#include "models/blocks/attention.h"
 #include "models/blocks/ffn.h"
-#include "models/blocks/short_conv.h"
 #include "models/blocks/zamba2.h"
-#include "models/blocks/mamba1.h"
-#include "models/blocks/mamba2.h"
+#include "models/blocks/mixer.h"
 #include "models/config.h"
 #include "models/weights.h"
 
@@ -29,25 +26,19 @@ struct LoadOptions {
 };
 
 struct LayerWeights {
-  std::vector<float> norm;      // (H) pre-mixer RMSNorm
-  std::vector<float> ffn_norm;  // (H) pre-feed-forward RMSNorm
-  Mamba1Weights m1;
-  Mamba2Weights m2;
-  AttentionWeights attn;
-  ShortConvWeights conv;
+  std::vector<float> norm;       // (H) pre-mixer RMSNorm
+  std::unique_ptr<Mixer> mixer;  // null: a feed-forward-only layer
+  std::vector<float> ffn_norm;   // (H) pre-feed-forward RMSNorm
   FfnWeights ffn;
   Zamba2LayerWeights zamba;  // hybrid layers of Zamba2
 };
 
-// Per-forward scratch, grown to the high-water mark and then reused (no allocation once warm).
+// Per-forward scratch: the activations and the mixers' arena (Model::reserve sizes them for a
+// number of tokens; a larger step grows them once). No allocation in a step within that size.
 struct ForwardScratch {
   std::vector<float> h, xn, mix, mix2, rows, emb;
-  Mamba1Scratch m1;
-  Mamba2Scratch m2;
-  AttentionScratch attn;
-  ShortConvScratch conv;
+  HugeVector<float> arena;  // the mixers' and Zamba2 shared blocks' scratch (FloatArena)
   FfnScratch ffn;
-  Zamba2Scratch zamba;
   std::vector<SeqRun> runs;
 };
 
@@ -64,6 +55,9 @@ class Model {
   // Every tensor a model of this config declares (names, shapes, kinds), from the same loaders
   // that read a checkpoint: parameter counts and `plan` read this.
   static std::vector<TensorEntry> tensors(const HybridConfig& c);
+
+  // Sizes `scratch` for steps of up to T tokens and `seqs` sequences.
+  void reserve(ForwardScratch& scratch, int T, int seqs) const;
 
   // Throws Error naming the first id outside [0, vocab_size).
   void check_tokens(std::span<const int32_t> tokens) const;
@@ -82,6 +76,8 @@ class Model {
                       HybridCache& cache, ForwardScratch& scratch) const;
   // Every tensor, in one pass of the blocks' loaders over `r` (a checkpoint or a catalog).
   void load_weights(const TensorSource& r);
+  // Floats of arena a step of T tokens takes (the largest layer's mixer or shared block).
+  size_t scratch_floats(int T) const;
   HybridConfig cfg_;
   Matrix embedding_;
   Matrix lm_head_;  // empty when tied

@@ -1,9 +1,7 @@
 #include "models/plan.h"
 
-#include "models/blocks/mamba1.h"
+#include "models/blocks/mixer.h"
 #include "models/model.h"
-#include "models/blocks/mamba2.h"
-#include "models/blocks/short_conv.h"
 
 namespace hybridlm {
 
@@ -11,18 +9,10 @@ std::vector<LayerCacheSpec> cache_specs(const HybridConfig& c) {
   std::vector<LayerCacheSpec> specs;
   for (const BlockSpec& b : c.blocks) {
     LayerCacheSpec s;
-    switch (b.mixer) {
-      case MixerKind::None: break;
-      case MixerKind::Mamba1: s = {LayerCacheKind::Mamba, mamba1_state_spec(b.m1), {}}; break;
-      case MixerKind::Mamba2:
-        s = {LayerCacheKind::Mamba, mamba2_state_spec(b.m2), {}};
-        if (b.shared_block >= 0) s = {LayerCacheKind::MambaAndAttention, s.state, {c.shared.attn.n_kv_heads, c.shared.attn.head_dim}};
-        break;
-      case MixerKind::Attention: s = {LayerCacheKind::Attention, {}, {b.attn.n_kv_heads, b.attn.head_dim}}; break;
-      case MixerKind::ShortConv: s = {LayerCacheKind::Conv, short_conv_state_spec(b.conv, c.d_model), {}}; break;
-      case MixerKind::Mamba2Attention:
-        s = {LayerCacheKind::MambaAndAttention, mamba2_state_spec(b.m2), {b.attn.n_kv_heads, b.attn.head_dim}};
-        break;
+    if (const std::unique_ptr<Mixer> m = make_mixer(b, c.d_model)) s = m->cache_spec();
+    if (b.shared_block >= 0) {  // Zamba2 hybrid layer: its shared block's attention keeps KV too
+      s.kind = s.has_state() ? LayerCacheKind::MambaAndAttention : LayerCacheKind::Attention;
+      s.kv = {c.shared.attn.n_kv_heads, c.shared.attn.head_dim};
     }
     specs.push_back(s);
   }

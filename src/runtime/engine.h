@@ -53,7 +53,8 @@ class Engine {
                           std::span<const int> logit_rows);
   // Feeds `tokens` to one sequence in chunks of at most `chunk` tokens; returns the logits of
   // every position when all_logits, else of the last position only.
-  std::vector<float> prefill(int seq, std::span<const int32_t> tokens, bool all_logits, int chunk = 512);
+  static constexpr int kPrefillChunk = 512;
+  std::vector<float> prefill(int seq, std::span<const int32_t> tokens, bool all_logits, int chunk = kPrefillChunk);
 
  private:
   Model model_;

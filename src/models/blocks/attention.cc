@@ -1,5 +1,6 @@
 #include "models/blocks/attention.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "kernels/kernels.h"
@@ -27,49 +28,99 @@ AttentionWeights load_attention(const TensorSource& r, const std::string& p, con
   return w;
 }
 
-// y: (T, up.rows) += (u @ down^T) @ up^T
-static void add_lora(const KernelContext& ctx, const Matrix& down, const Matrix& up, const float* u, int T,
-                     AttentionScratch& sc, float* y) {
+namespace {
+
+class AttentionMixer final : public Mixer {
+ public:
+  AttentionMixer(const AttentionSpec& s, std::string prefix, int H) : s_(s), prefix_(std::move(prefix)), H_(H) {}
+  void load(const TensorSource& r) override { w_ = load_attention(r, prefix_, s_, H_); }
+  LayerCacheSpec cache_spec() const override { return {LayerCacheKind::Attention, {}, {s_.n_kv_heads, s_.head_dim}}; }
+  size_t scratch_floats(int T) const override { return attention_scratch_floats(s_, H_, T); }
+  void forward(const KernelContext& ctx, const float* u, int T, std::span<const SeqRun> runs, FloatArena& arena,
+               float* out) const override {
+    attention_forward(ctx, s_, w_, u, T, runs, arena, out);
+  }
+
+ private:
+  AttentionSpec s_;
+  std::string prefix_;
+  int H_;
+  AttentionWeights w_;
+};
+
+struct AttentionBuffers {
+  float *u = nullptr, *q, *k, *v, *y;
+};
+
+AttentionBuffers attention_buffers(const AttentionSpec& s, int in_dim, int T, FloatArena& a) {
+  const size_t n = static_cast<size_t>(T), q_dim = static_cast<size_t>(s.n_heads) * s.head_dim,
+               kv_dim = static_cast<size_t>(s.n_kv_heads) * s.head_dim;
+  AttentionBuffers b;
+  if (s.in_scale != 1.0f) b.u = a.take(n * in_dim);
+  b.q = a.take(n * q_dim);
+  b.k = a.take(n * kv_dim);
+  b.v = a.take(n * kv_dim);
+  b.y = a.take(n * q_dim);
+  return b;
+}
+
+// y: (T, up.rows) += (u @ down^T) @ up^T, through two buffers taken from the arena and given back.
+void add_lora(const KernelContext& ctx, const Matrix& down, const Matrix& up, const float* u, int T,
+              FloatArena& arena, float* y) {
   if (down.rows == 0) return;
-  sc.lora_r.resize(static_cast<size_t>(T) * down.rows);
-  sc.lora_out.resize(static_cast<size_t>(T) * up.rows);
-  ctx.ops->matmul(ctx, down.view(), nullptr, u, T, sc.lora_r.data());
-  ctx.ops->matmul(ctx, up.view(), nullptr, sc.lora_r.data(), T, sc.lora_out.data());
-  for (size_t i = 0; i < sc.lora_out.size(); ++i) y[i] += sc.lora_out[i];
+  const size_t mark = arena.used(), n_out = static_cast<size_t>(T) * up.rows;
+  float* r = arena.take(static_cast<size_t>(T) * down.rows);
+  float* o = arena.take(n_out);
+  ctx.ops->matmul(ctx, down.view(), nullptr, u, T, r);
+  ctx.ops->matmul(ctx, up.view(), nullptr, r, T, o);
+  for (size_t i = 0; i < n_out; ++i) y[i] += o[i];
+  arena.rewind(mark);
+}
+
+}  // namespace
+
+std::unique_ptr<Mixer> make_attention_mixer(const AttentionSpec& s, const std::string& prefix, int H) {
+  return std::make_unique<AttentionMixer>(s, prefix, H);
+}
+
+size_t attention_scratch_floats(const AttentionSpec& s, int in_dim, int T, int lora_rank) {
+  FloatArena count;
+  attention_buffers(s, in_dim, T, count);
+  if (lora_rank > 0) {  // add_lora's two buffers, for the widest projection
+    count.take(static_cast<size_t>(T) * lora_rank);
+    count.take(static_cast<size_t>(T) * std::max(s.n_heads, s.n_kv_heads) * s.head_dim);
+  }
+  return count.used();
 }
 
 void attention_forward(const KernelContext& ctx, const AttentionSpec& s, const AttentionWeights& w, const float* u,
-                       int T, std::span<const SeqRun> runs, AttentionScratch& sc, float* out,
+                       int T, std::span<const SeqRun> runs, FloatArena& arena, float* out,
                        const AttentionLora* lora) {
   const int hd = s.head_dim, q_dim = s.n_heads * hd, kv_dim = s.n_kv_heads * hd;
-  sc.q.resize(static_cast<size_t>(T) * q_dim);
-  sc.k.resize(static_cast<size_t>(T) * kv_dim);
-  sc.v.resize(static_cast<size_t>(T) * kv_dim);
-  sc.y.resize(static_cast<size_t>(T) * q_dim);
+  const AttentionBuffers sc = attention_buffers(s, w.q_proj.cols, T, arena);
   if (s.in_scale != 1.0f) {  // Falcon-H1: attention(u x attention_in_multiplier)
-    sc.u.assign(u, u + static_cast<size_t>(T) * w.q_proj.cols);
-    for (float& x : sc.u) x *= s.in_scale;
-    u = sc.u.data();
+    for (size_t i = 0; i < static_cast<size_t>(T) * w.q_proj.cols; ++i) sc.u[i] = u[i] * s.in_scale;
+    u = sc.u;
   }
   // q: (T, nH*hd), k, v: (T, nKV*hd)
-  ctx.ops->matmul(ctx, w.q_proj.view(), data_or_null(w.q_bias), u, T, sc.q.data());
-  ctx.ops->matmul(ctx, w.k_proj.view(), data_or_null(w.k_bias), u, T, sc.k.data());
-  ctx.ops->matmul(ctx, w.v_proj.view(), data_or_null(w.v_bias), u, T, sc.v.data());
+  ctx.ops->matmul(ctx, w.q_proj.view(), data_or_null(w.q_bias), u, T, sc.q);
+  ctx.ops->matmul(ctx, w.k_proj.view(), data_or_null(w.k_bias), u, T, sc.k);
+  ctx.ops->matmul(ctx, w.v_proj.view(), data_or_null(w.v_bias), u, T, sc.v);
   if (lora) {
-    add_lora(ctx, lora->q_down, lora->q_up, u, T, sc, sc.q.data());
-    add_lora(ctx, lora->k_down, lora->k_up, u, T, sc, sc.k.data());
-    add_lora(ctx, lora->v_down, lora->v_up, u, T, sc, sc.v.data());
+    add_lora(ctx, lora->q_down, lora->q_up, u, T, arena, sc.q);
+    add_lora(ctx, lora->k_down, lora->k_up, u, T, arena, sc.k);
+    add_lora(ctx, lora->v_down, lora->v_up, u, T, arena, sc.v);
   }
   if (s.k_scale != 1.0f)  // Falcon-H1's key_multiplier, before RoPE and the cache
-    for (float& x : sc.k) x *= s.k_scale;
+    for (size_t i = 0; i < static_cast<size_t>(T) * kv_dim; ++i) sc.k[i] *= s.k_scale;
   if (s.qk_norm) {  // per head: rows of hd
-    ctx.ops->rmsnorm(ctx, sc.q.data(), w.q_norm.data(), T * s.n_heads, hd, s.qk_norm_eps, sc.q.data());
-    ctx.ops->rmsnorm(ctx, sc.k.data(), w.k_norm.data(), T * s.n_kv_heads, hd, s.qk_norm_eps, sc.k.data());
+    ctx.ops->rmsnorm(ctx, sc.q, w.q_norm.data(), T * s.n_heads, hd, s.qk_norm_eps, sc.q);
+    ctx.ops->rmsnorm(ctx, sc.k, w.k_norm.data(), T * s.n_kv_heads, hd, s.qk_norm_eps, sc.k);
   }
   for (const SeqRun& r : runs) {
     const size_t o = static_cast<size_t>(r.start);
-    float* q = sc.q.data() + o * q_dim;
-    float* k = sc.k.data() + o * kv_dim;
+    float* q = sc.q + o * q_dim;
+    float* k = sc.k + o * kv_dim;
     if (s.rope_dim > 0) {
       ctx.ops->rope(ctx, q, q_dim, r.len, r.pos0, s.n_heads, hd, s.rope_dim, s.rope_theta);
       ctx.ops->rope(ctx, k, kv_dim, r.len, r.pos0, s.n_kv_heads, hd, s.rope_dim, s.rope_theta);
@@ -77,12 +128,12 @@ void attention_forward(const KernelContext& ctx, const AttentionSpec& s, const A
     // The cache rows of this run: (len, nKV, hd) each, written before the queries read them.
     for (int t = 0; t < r.len; ++t) {
       std::memcpy(r.kv.k_row(r.pos0 + t), k + static_cast<size_t>(t) * kv_dim, sizeof(float) * kv_dim);
-      std::memcpy(r.kv.v_row(r.pos0 + t), sc.v.data() + (o + t) * kv_dim, sizeof(float) * kv_dim);
+      std::memcpy(r.kv.v_row(r.pos0 + t), sc.v + (o + t) * kv_dim, sizeof(float) * kv_dim);
     }
-    ctx.ops->attention(ctx, q, q_dim, r.kv, r.pos0, r.len, s.n_heads, s.softmax_scale(), sc.y.data() + o * q_dim);
+    ctx.ops->attention(ctx, q, q_dim, r.kv, r.pos0, r.len, s.n_heads, s.softmax_scale(), sc.y + o * q_dim);
   }
   // out: (T, H) = y @ o_proj^T
-  ctx.ops->matmul(ctx, w.o_proj.view(), data_or_null(w.o_bias), sc.y.data(), T, out);
+  ctx.ops->matmul(ctx, w.o_proj.view(), data_or_null(w.o_bias), sc.y, T, out);
   if (s.out_scale != 1.0f)
     for (size_t i = 0; i < static_cast<size_t>(T) * w.o_proj.rows; ++i) out[i] *= s.out_scale;
 }

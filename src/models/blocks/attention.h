@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "models/blocks/mixer.h"
 #include "models/blocks/seq_run.h"
 #include "models/config.h"
 #include "models/weights.h"
@@ -26,17 +27,17 @@ struct AttentionLora {
   Matrix q_down, q_up, k_down, k_up, v_down, v_up;
 };
 
-struct AttentionScratch {
-  std::vector<float> u, q, k, v, y, lora_r, lora_out;
-};
 
 AttentionWeights load_attention(const TensorSource& r, const std::string& prefix, const AttentionSpec& s,
                                 int d_model);
 
-// out: (T, H) = attention(u: (T, H)). Writes this run's K and V into the cache at positions
-// [pos0, pos0 + len) of each run's sequence.
+// Scratch floats attention_forward takes for T tokens of in_dim inputs (with LoRA adapters of
+// rank lora_rank: Zamba2's shared blocks).
+size_t attention_scratch_floats(const AttentionSpec& s, int in_dim, int T, int lora_rank = 0);
+// out: (T, H) = attention(u: (T, in_dim)). Writes this run's K and V into the cache at positions
+// [pos0, pos0 + len) of each run's sequence. Scratch from `arena`.
 void attention_forward(const KernelContext& ctx, const AttentionSpec& s, const AttentionWeights& w, const float* u,
-                       int T, std::span<const SeqRun> runs, AttentionScratch& scratch, float* out,
+                       int T, std::span<const SeqRun> runs, FloatArena& arena, float* out,
                        const AttentionLora* lora = nullptr);
 
 }  // namespace hybridlm

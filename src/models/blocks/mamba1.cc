@@ -6,6 +6,49 @@
 
 namespace hybridlm {
 
+namespace {
+
+class Mamba1Mixer final : public Mixer {
+ public:
+  Mamba1Mixer(const Mamba1Spec& s, std::string prefix, int H) : s_(s), prefix_(std::move(prefix)), H_(H) {}
+  void load(const TensorSource& r) override { w_ = load_mamba1(r, prefix_, s_, H_); }
+  LayerCacheSpec cache_spec() const override { return {LayerCacheKind::Mamba, mamba1_state_spec(s_), {}}; }
+  bool bf16_state_in_place() const override { return true; }
+  size_t scratch_floats(int T) const override {
+    FloatArena count;
+    mamba1_buffers(s_, T, count);
+    return count.used();
+  }
+  void forward(const KernelContext& ctx, const float* u, int T, std::span<const SeqRun> runs, FloatArena& arena,
+               float* out) const override {
+    mamba1_forward(ctx, s_, w_, u, T, runs, mamba1_buffers(s_, T, arena), out);
+  }
+
+ private:
+  Mamba1Spec s_;
+  std::string prefix_;
+  int H_;
+  Mamba1Weights w_;
+};
+
+}  // namespace
+
+std::unique_ptr<Mixer> make_mamba1_mixer(const Mamba1Spec& s, const std::string& prefix, int H) {
+  return std::make_unique<Mamba1Mixer>(s, prefix, H);
+}
+
+Mamba1Buffers mamba1_buffers(const Mamba1Spec& s, int T, FloatArena& a) {
+  const size_t n = static_cast<size_t>(T), I = s.d_inner;
+  Mamba1Buffers b;
+  b.xz = a.take(n * 2 * I);
+  b.xc = a.take(n * I);
+  b.xdbc = a.take(n * (s.dt_rank + 2 * s.d_state));
+  b.dt_in = a.take(n * s.dt_rank);
+  b.dt = a.take(n * I);
+  b.y = a.take(n * I);
+  return b;
+}
+
 Mamba1Weights load_mamba1(const TensorSource& r, const std::string& p, const Mamba1Spec& s, int H) {
   const int64_t I = s.d_inner, N = s.d_state, R = s.dt_rank, K = s.d_conv;
   Mamba1Weights w;
@@ -34,51 +77,45 @@ LayerStateSpec mamba1_state_spec(const Mamba1Spec& s) {
 }
 
 void mamba1_forward(const KernelContext& ctx, const Mamba1Spec& s, const Mamba1Weights& w, const float* u,
-                    int T, std::span<const SeqRun> runs, Mamba1Scratch& sc, float* out) {
+                    int T, std::span<const SeqRun> runs, const Mamba1Buffers& sc, float* out) {
   const int I = s.d_inner, N = s.d_state, R = s.dt_rank, K = s.d_conv;
   const int ld_dbc = R + 2 * N;
-  sc.xz.resize(static_cast<size_t>(T) * 2 * I);
-  sc.xc.resize(static_cast<size_t>(T) * I);
-  sc.xdbc.resize(static_cast<size_t>(T) * ld_dbc);
-  sc.dt_in.resize(static_cast<size_t>(T) * R);
-  sc.dt.resize(static_cast<size_t>(T) * I);
-  sc.y.resize(static_cast<size_t>(T) * I);
 
   // xz: (T, 2I) = u @ in_proj^T; x = xz[:, :I], z = xz[:, I:]
-  ctx.ops->matmul(ctx, w.in_proj.view(), data_or_null(w.in_proj_bias), u, T, sc.xz.data());
+  ctx.ops->matmul(ctx, w.in_proj.view(), data_or_null(w.in_proj_bias), u, T, sc.xz);
   // xc: (T, I) = silu(causal_conv(x)), per sequence from its conv state
   for_each_run(ctx, runs, [&](const KernelContext& c, const SeqRun& r) {
-    c.ops->conv1d_causal(c, sc.xz.data() + static_cast<size_t>(r.start) * 2 * I, 2 * I, w.conv_w.data(),
+    c.ops->conv1d_causal(c, sc.xz + static_cast<size_t>(r.start) * 2 * I, 2 * I, w.conv_w.data(),
                           data_or_null(w.conv_b), r.conv_state, r.len, I, K, true,
-                          sc.xc.data() + static_cast<size_t>(r.start) * I);
+                          sc.xc + static_cast<size_t>(r.start) * I);
   });
   // xdbc: (T, R + 2N) = xc @ x_proj^T -> dt_in (R), B (N), C (N)
-  ctx.ops->matmul(ctx, w.x_proj.view(), nullptr, sc.xc.data(), T, sc.xdbc.data());
+  ctx.ops->matmul(ctx, w.x_proj.view(), nullptr, sc.xc, T, sc.xdbc);
   for (int t = 0; t < T; ++t) {
-    float* row = sc.xdbc.data() + static_cast<size_t>(t) * ld_dbc;
+    float* row = sc.xdbc + static_cast<size_t>(t) * ld_dbc;
     if (s.dt_bc_rms) {  // RMS norm of dt_in, B and C separately (FalconMamba: no weights; Jamba: weights)
       ctx.ops->rmsnorm(ctx, row, data_or_null(w.dt_norm), 1, R, s.dt_bc_rms_eps, row);
       ctx.ops->rmsnorm(ctx, row + R, data_or_null(w.b_norm), 1, N, s.dt_bc_rms_eps, row + R);
       ctx.ops->rmsnorm(ctx, row + R + N, data_or_null(w.c_norm), 1, N, s.dt_bc_rms_eps, row + R + N);
     }
-    std::copy(row, row + R, sc.dt_in.data() + static_cast<size_t>(t) * R);
+    std::copy(row, row + R, sc.dt_in + static_cast<size_t>(t) * R);
   }
   // dt: (T, I) = softplus(dt_in @ dt_proj^T + dt_bias)
-  ctx.ops->matmul(ctx, w.dt_proj.view(), w.dt_bias.data(), sc.dt_in.data(), T, sc.dt.data());
-  ctx.ops->softplus(ctx, sc.dt.data(), sc.dt.size());
+  ctx.ops->matmul(ctx, w.dt_proj.view(), w.dt_bias.data(), sc.dt_in, T, sc.dt);
+  ctx.ops->softplus(ctx, sc.dt, static_cast<size_t>(T) * I);
   // y: (T, I) = selective scan, gated by silu(z)
   for_each_run(ctx, runs, [&](const KernelContext& c, const SeqRun& r) {
     const size_t o = static_cast<size_t>(r.start);
-    const float* dbc = sc.xdbc.data() + o * ld_dbc;
+    const float* dbc = sc.xdbc + o * ld_dbc;
     auto scan = [&](auto kernel, auto* h) {  // the state as stored: f32, or bf16 updated in place
-      kernel(c, sc.xc.data() + o * I, I, sc.dt.data() + o * I, w.A.data(), dbc + R, dbc + R + N, ld_dbc, w.D.data(),
-             sc.xz.data() + o * 2 * I + I, 2 * I, h, r.len, I, N, sc.y.data() + o * I);
+      kernel(c, sc.xc + o * I, I, sc.dt + o * I, w.A.data(), dbc + R, dbc + R + N, ld_dbc, w.D.data(),
+             sc.xz + o * 2 * I + I, 2 * I, h, r.len, I, N, sc.y + o * I);
     };
     if (r.ssm_state_bf16) scan(c.ops->mamba1_scan_bf16, r.ssm_state_bf16);
     else scan(c.ops->mamba1_scan, r.ssm_state);
   });
   // out: (T, H) = y @ out_proj^T
-  ctx.ops->matmul(ctx, w.out_proj.view(), data_or_null(w.out_proj_bias), sc.y.data(), T, out);
+  ctx.ops->matmul(ctx, w.out_proj.view(), data_or_null(w.out_proj_bias), sc.y, T, out);
 }
 
 }  // namespace hybridlm

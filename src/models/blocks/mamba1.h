@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "cache/state_pool.h"
+#include "models/blocks/mixer.h"
 #include "models/blocks/seq_run.h"
 #include "models/config.h"
 #include "models/weights.h"
@@ -27,15 +28,23 @@ struct Mamba1Weights {
   std::vector<float> dt_norm, b_norm, c_norm;  // (R), (N), (N): Jamba's dt/B/C RMSNorm weights
 };
 
-struct Mamba1Scratch {
-  std::vector<float> xz, xc, xdbc, dt_in, dt, y;
+// The forward's scratch, taken from the step's arena (mamba1_buffers: the one list, which also
+// sizes it).
+struct Mamba1Buffers {
+  float* xz;     // (T, 2I): x then z
+  float* xc;     // (T, I)
+  float* xdbc;   // (T, R + 2N)
+  float* dt_in;  // (T, R)
+  float* dt;     // (T, I)
+  float* y;      // (T, I)
 };
+Mamba1Buffers mamba1_buffers(const Mamba1Spec& s, int T, FloatArena& arena);
 
 Mamba1Weights load_mamba1(const TensorSource& r, const std::string& prefix, const Mamba1Spec& s, int d_model);
 LayerStateSpec mamba1_state_spec(const Mamba1Spec& s);
 
 // out: (T, H) = mixer(u: (T, H)); runs partition the T rows and carry each sequence's state.
 void mamba1_forward(const KernelContext& ctx, const Mamba1Spec& s, const Mamba1Weights& w, const float* u,
-                    int T, std::span<const SeqRun> runs, Mamba1Scratch& scratch, float* out);
+                    int T, std::span<const SeqRun> runs, const Mamba1Buffers& buffers, float* out);
 
 }  // namespace hybridlm

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cache/state_pool.h"
+#include "models/blocks/mixer.h"
 #include "models/blocks/seq_run.h"
 #include "models/config.h"
 #include "models/weights.h"
@@ -26,14 +27,22 @@ struct Mamba2Weights {
   std::vector<float> norm_w;   // (I)
 };
 
-struct Mamba2Scratch {
-  std::vector<float> u, zxbcdt, xbc, dt, y, g;
+// The forward's scratch, taken from the step's arena (mamba2_buffers: the one list, which also
+// sizes it).
+struct Mamba2Buffers {
+  float* u = nullptr;  // (T, H): u x in_scale (Falcon-H1), else unused
+  float* zxbcdt;       // (T, in_proj rows)
+  float* xbc;          // (T, conv_dim)
+  float* dt;           // (T, nh)
+  float* y;            // (T, I)
+  float* g;            // (T, I)
 };
+Mamba2Buffers mamba2_buffers(const Mamba2Spec& s, int d_model, int T, FloatArena& arena);
 
 Mamba2Weights load_mamba2(const TensorSource& r, const std::string& prefix, const Mamba2Spec& s, int d_model);
 LayerStateSpec mamba2_state_spec(const Mamba2Spec& s);
 
 void mamba2_forward(const KernelContext& ctx, const Mamba2Spec& s, const Mamba2Weights& w, const float* u,
-                    int T, std::span<const SeqRun> runs, Mamba2Scratch& scratch, float* out);
+                    int T, std::span<const SeqRun> runs, const Mamba2Buffers& buffers, float* out);
 
 }  // namespace hybridlm

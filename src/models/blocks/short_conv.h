@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "cache/state_pool.h"
+#include "models/blocks/mixer.h"
 #include "models/blocks/seq_run.h"
 #include "models/config.h"
 #include "models/weights.h"
@@ -21,14 +22,18 @@ struct ShortConvWeights {
   std::vector<float> conv_b;  // (H) or empty
 };
 
-struct ShortConvScratch {
-  std::vector<float> bcx, bx, y;
+// The forward's scratch, from the step's arena (short_conv_buffers: the one list, which sizes it).
+struct ShortConvBuffers {
+  float* bcx;  // (T, 3H): B, C, x
+  float* bx;   // (T, H)
+  float* y;    // (T, H)
 };
+ShortConvBuffers short_conv_buffers(int d_model, int T, FloatArena& arena);
 
 ShortConvWeights load_short_conv(const TensorSource& r, const std::string& prefix, const ShortConvSpec& s, int d_model);
 LayerStateSpec short_conv_state_spec(const ShortConvSpec& s, int d_model);
 
 void short_conv_forward(const KernelContext& ctx, const ShortConvSpec& s, const ShortConvWeights& w, const float* u,
-                        int T, int d_model, std::span<const SeqRun> runs, ShortConvScratch& scratch, float* out);
+                        int T, int d_model, std::span<const SeqRun> runs, const ShortConvBuffers& buffers, float* out);
 
 }  // namespace hybridlm

@@ -52,40 +52,61 @@ Zamba2LayerWeights load_zamba2_layer(const TensorSource& r, const std::string& b
   return l;
 }
 
+namespace {
+
+struct Zamba2Buffers {
+  float *s, *a, *f, *gu, *g, *r, *m;
+};
+
+Zamba2Buffers zamba2_buffers(const SharedTransformerSpec& s, int H, int T, FloatArena& arena) {
+  const size_t n = static_cast<size_t>(T), TH = n * H, F = static_cast<size_t>(s.mlp.d_ff);
+  Zamba2Buffers b;
+  b.s = arena.take(2 * TH);
+  b.a = arena.take(TH);
+  b.f = arena.take(TH);
+  b.gu = arena.take(n * 2 * F);
+  b.g = arena.take(n * (s.mlp_adapters ? 2 : 1) * F);  // the gate_up LoRA's output first
+  b.r = s.mlp_adapters ? arena.take(n * s.adapter_rank) : nullptr;
+  b.m = arena.take(TH);
+  return b;
+}
+
+}  // namespace
+
+size_t zamba2_scratch_floats(const SharedTransformerSpec& s, int H, int T) {
+  FloatArena count;
+  zamba2_buffers(s, H, T, count);
+  return count.used() + attention_scratch_floats(s.attn, 2 * H, T, s.attn_adapters ? s.adapter_rank : 0);
+}
+
 void zamba2_shared_forward(const KernelContext& ctx, const SharedTransformerSpec& s, const SharedBlockWeights& b,
                            const Zamba2LayerWeights& l, const float* h, const float* emb, int T, int H,
-                           std::span<const SeqRun> runs, Zamba2Scratch& sc, float* t) {
+                           std::span<const SeqRun> runs, FloatArena& arena, float* t) {
   const int F = s.mlp.d_ff;
-  const size_t TH = static_cast<size_t>(T) * H;
-  sc.s.resize(2 * TH);
-  sc.a.resize(TH);
-  sc.f.resize(TH);
-  sc.gu.resize(static_cast<size_t>(T) * 2 * F);
-  sc.g.resize(static_cast<size_t>(T) * F);
-  sc.m.resize(TH);
+  const Zamba2Buffers sc = zamba2_buffers(s, H, T, arena);
   // s: (T, 2H) = rmsnorm(concat(h, emb)) * in_norm
   for (int i = 0; i < T; ++i) {
-    std::copy_n(h + static_cast<size_t>(i) * H, H, sc.s.data() + static_cast<size_t>(i) * 2 * H);
-    std::copy_n(emb + static_cast<size_t>(i) * H, H, sc.s.data() + static_cast<size_t>(i) * 2 * H + H);
+    std::copy_n(h + static_cast<size_t>(i) * H, H, sc.s + static_cast<size_t>(i) * 2 * H);
+    std::copy_n(emb + static_cast<size_t>(i) * H, H, sc.s + static_cast<size_t>(i) * 2 * H + H);
   }
-  ctx.ops->rmsnorm(ctx, sc.s.data(), b.in_norm.data(), T, 2 * H, s.norm_eps, sc.s.data());
+  ctx.ops->rmsnorm(ctx, sc.s, b.in_norm.data(), T, 2 * H, s.norm_eps, sc.s);
   // a: (T, H) = attention(s) with this layer's adapters, over this layer's KV cache
-  attention_forward(ctx, s.attn, b.attn, sc.s.data(), T, runs, sc.attn, sc.a.data(), &l.lora);
+  const size_t mark = arena.used();
+  attention_forward(ctx, s.attn, b.attn, sc.s, T, runs, arena, sc.a, &l.lora);
+  arena.rewind(mark);
   // f: (T, H) = rmsnorm(a) * pre_ff_norm
-  ctx.ops->rmsnorm(ctx, sc.a.data(), b.pre_ff_norm.data(), T, H, s.norm_eps, sc.f.data());
+  ctx.ops->rmsnorm(ctx, sc.a, b.pre_ff_norm.data(), T, H, s.norm_eps, sc.f);
   // gu: (T, 2F) = f @ gate_up^T (+ LoRA); m = down(act(gu[:, :F]) * gu[:, F:])
-  ctx.ops->matmul(ctx, b.gate_up.view(), nullptr, sc.f.data(), T, sc.gu.data());
+  ctx.ops->matmul(ctx, b.gate_up.view(), nullptr, sc.f, T, sc.gu);
   if (l.gu_down.rows > 0) {
-    sc.r.resize(static_cast<size_t>(T) * l.gu_down.rows);
-    sc.g.resize(std::max(sc.g.size(), static_cast<size_t>(T) * 2 * F));
-    ctx.ops->matmul(ctx, l.gu_down.view(), nullptr, sc.f.data(), T, sc.r.data());
-    ctx.ops->matmul(ctx, l.gu_up.view(), nullptr, sc.r.data(), T, sc.g.data());
+    ctx.ops->matmul(ctx, l.gu_down.view(), nullptr, sc.f, T, sc.r);
+    ctx.ops->matmul(ctx, l.gu_up.view(), nullptr, sc.r, T, sc.g);
     for (size_t i = 0; i < static_cast<size_t>(T) * 2 * F; ++i) sc.gu[i] += sc.g[i];
   }
-  ctx.ops->activation(ctx, s.mlp.act, sc.gu.data(), sc.gu.data() + F, 2 * F, T, F, sc.g.data());
-  ctx.ops->matmul(ctx, b.down.view(), nullptr, sc.g.data(), T, sc.m.data());
+  ctx.ops->activation(ctx, s.mlp.act, sc.gu, sc.gu + F, 2 * F, T, F, sc.g);
+  ctx.ops->matmul(ctx, b.down.view(), nullptr, sc.g, T, sc.m);
   // t: (T, H) = m @ linear^T
-  ctx.ops->matmul(ctx, l.linear.view(), nullptr, sc.m.data(), T, t);
+  ctx.ops->matmul(ctx, l.linear.view(), nullptr, sc.m, T, t);
 }
 
 }  // namespace hybridlm

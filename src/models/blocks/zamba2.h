@@ -30,10 +30,6 @@ struct Zamba2LayerWeights {
   Matrix linear;          // (H, H)
 };
 
-struct Zamba2Scratch {
-  std::vector<float> s, a, f, gu, g, r, m;
-  AttentionScratch attn;
-};
 
 SharedBlockWeights load_shared_block(const TensorSource& r, const std::string& prefix, const SharedTransformerSpec& s,
                                      int d_model);
@@ -41,9 +37,11 @@ Zamba2LayerWeights load_zamba2_layer(const TensorSource& r, const std::string& b
                                      const std::string& layer_prefix, const SharedTransformerSpec& s, int adapter,
                                      int d_model);
 
+// Scratch floats zamba2_shared_forward takes for T tokens (its attention's included).
+size_t zamba2_scratch_floats(const SharedTransformerSpec& s, int d_model, int T);
 // t: (T, H) = linear(shared_block(h, emb)), writing the layer's K/V into the runs' caches.
 void zamba2_shared_forward(const KernelContext& ctx, const SharedTransformerSpec& s, const SharedBlockWeights& b,
                            const Zamba2LayerWeights& l, const float* h, const float* emb, int T, int d_model,
-                           std::span<const SeqRun> runs, Zamba2Scratch& scratch, float* t);
+                           std::span<const SeqRun> runs, FloatArena& arena, float* t);
 
 }  // namespace hybridlm
