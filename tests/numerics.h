@@ -44,4 +44,16 @@ constexpr double kModelCpuVsRefBf16State = 5e-4;
 // Full model: decode (chunk of 1) vs prefill (chunked SSD) differ only by f32 summation order.
 constexpr double kDecodeVsPrefill = 1e-4;
 
+// Reading f16 / bf16 stored values back as f32 (safetensors to_f32): round to nearest keeps the
+// relative error within half a unit of the last place, 2^-11 (f16, 11 significant bits) and 2^-8
+// (bf16, 8 bits); one full unit is allowed, plus 1e-7 absolute for values near zero.
+constexpr double kF16Read = 1.0 / 1024;
+constexpr double kBf16Read = 1.0 / 128;
+// Beam search's accumulated log-probability of 10 tokens against an independent scoring pass:
+// the same f32 logits through two log-softmax implementations (absolute).
+constexpr double kBeamLogprob = 1e-3;
+// A sampled token's frequency over 20,000 draws against its probability: the binomial standard
+// deviation is at most 0.0035, so 0.015 is over 4 standard deviations (absolute).
+constexpr double kSampleFrequency = 0.015;
+
 }  // namespace hybridlm::tol

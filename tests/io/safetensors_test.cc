@@ -4,6 +4,8 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include "numerics.h"
 #include <unistd.h>
 
 #include <cmath>
@@ -128,9 +130,9 @@ TEST_F(SafetensorsTest, RoundTripAllDtypes) {
     f.tensors().at("a.f32").to_f32(got.data());
     EXPECT_EQ(got, f32);
     f.tensors().at("b.f16").to_f32(got.data());
-    for (size_t i = 0; i < 6; ++i) EXPECT_NEAR(got[i], f32[i], 1e-3f * std::fabs(f32[i]) + 1e-7f);
+    for (size_t i = 0; i < 6; ++i) EXPECT_NEAR(got[i], f32[i], tol::kF16Read * std::fabs(f32[i]) + 1e-7);
     f.tensors().at("c.bf16").to_f32(got.data());
-    for (size_t i = 0; i < 6; ++i) EXPECT_NEAR(got[i], f32[i], 1e-2f * std::fabs(f32[i]) + 1e-7f);
+    for (size_t i = 0; i < 6; ++i) EXPECT_NEAR(got[i], f32[i], tol::kBf16Read * std::fabs(f32[i]) + 1e-7);
     f.tensors().at("d.f64").to_f32(got.data());
     for (size_t i = 0; i < 3; ++i) EXPECT_EQ(got[i], static_cast<float>(f64[i]));
     EXPECT_THAT(error_of([&] { f.tensors().at("g.i32").to_f32(got.data()); }),

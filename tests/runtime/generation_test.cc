@@ -3,6 +3,8 @@
 // HybridCache::reorder) reports log-probabilities that an independent scoring pass reproduces.
 #include <gtest/gtest.h>
 
+#include "numerics.h"
+
 #include <cmath>
 #include <cstdlib>
 #include <random>
@@ -116,7 +118,7 @@ TEST_P(Generation, BeamSearchScoresMatchAnIndependentPassAndOneBeamIsGreedy) {
   for (size_t i = 0; i < beams.size(); ++i) {
     SCOPED_TRACE("beam " + std::to_string(i));
     ASSERT_EQ(beams[i].tokens.size(), 10u);
-    EXPECT_NEAR(beams[i].logprob, logprob_of(e, prompt, beams[i].tokens), 1e-3);
+    EXPECT_NEAR(beams[i].logprob, logprob_of(e, prompt, beams[i].tokens), tol::kBeamLogprob);
     if (i) {
       EXPECT_GE(beams[i - 1].score, beams[i].score);
     }
@@ -131,7 +133,7 @@ TEST_P(Generation, BeamSearchScoresMatchAnIndependentPassAndOneBeamIsGreedy) {
   bo.eos_id = beams[0].tokens[2];
   for (const BeamHypothesis& h : beam_search(e, prompt, bo)) {
     for (size_t t = 0; t + 1 < h.tokens.size(); ++t) EXPECT_NE(h.tokens[t], *bo.eos_id);
-    EXPECT_NEAR(h.logprob, logprob_of(e, prompt, h.tokens), 1e-3);
+    EXPECT_NEAR(h.logprob, logprob_of(e, prompt, h.tokens), tol::kBeamLogprob);
   }
 }
 

@@ -1,6 +1,8 @@
 // Sampling filters against hand-computed distributions, and the stop-string holdback.
 #include <gtest/gtest.h>
 
+#include "numerics.h"
+
 #include <cmath>
 #include <limits>
 #include <map>
@@ -41,7 +43,7 @@ TEST(Sampler, TopKKeepsOnlyKTokensWithSoftmaxWeights) {
   auto h = histogram(p, {2.0f, 1.0f, 0.5f, -3.0f}, 20000);
   EXPECT_EQ(h.count(2) + h.count(3), 0u);
   const double expected = std::exp(2.0) / (std::exp(2.0) + std::exp(1.0));
-  EXPECT_NEAR(h[0] / 20000.0, expected, 0.015);
+  EXPECT_NEAR(h[0] / 20000.0, expected, tol::kSampleFrequency);
 }
 
 TEST(Sampler, TemperatureDividesTheLogits) {
@@ -52,7 +54,7 @@ TEST(Sampler, TemperatureDividesTheLogits) {
   p.min_p = 0;
   // At T = 0.5, p(0) : p(1) = e^(2/0.5) : e^(1/0.5) = e^4 : e^2.
   auto h = histogram(p, {2.0f, 1.0f}, 20000);
-  EXPECT_NEAR(h[0] / 20000.0, std::exp(4.0) / (std::exp(4.0) + std::exp(2.0)), 0.01);
+  EXPECT_NEAR(h[0] / 20000.0, std::exp(4.0) / (std::exp(4.0) + std::exp(2.0)), tol::kSampleFrequency);
 }
 
 TEST(Sampler, TinyTemperatureActsGreedyAndNaNIsAnError) {
