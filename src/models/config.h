@@ -172,6 +172,7 @@ struct HybridConfig {
   SharedTransformerSpec shared;  // Zamba2
   // Global tensor names (the family's layout).
   std::string embedding_name, final_norm_name, lm_head_name = "lm_head.weight";
+  std::string embedding_alias;  // read when the checkpoint has no embedding_name (may be empty)
 
   int n_layers() const { return static_cast<int>(blocks.size()); }
   // e.g. "mamba1 x24" or "mamba2 x2, attention x1"; a feed-forward shows as "+mlp" / "+moe"

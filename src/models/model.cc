@@ -35,11 +35,8 @@ std::vector<TensorEntry> Model::tensors(const HybridConfig& c) {
 void Model::load_weights(const TensorSource& r) {
   const HybridConfig& c = cfg_;
   const int64_t H = c.d_model, V = c.vocab_size;
-  // Hub files of some Mamba checkpoints say `embedding`, transformers says `embeddings`.
-  std::string emb = c.embedding_name;
-  if (emb == "backbone.embeddings.weight" && !r.has(emb) && r.has("backbone.embedding.weight"))
-    emb = "backbone.embedding.weight";
-  embedding_ = r.matrix(emb, {V, H});
+  const bool alias = !c.embedding_alias.empty() && !r.has(c.embedding_name) && r.has(c.embedding_alias);
+  embedding_ = r.matrix(alias ? c.embedding_alias : c.embedding_name, {V, H});
   // Zamba2: each shared block is stored once, under the first of its hybrid layers whose
   // checkpoint entry holds it.
   for (int sb = 0; sb < c.shared.n_blocks; ++sb) {

@@ -123,6 +123,7 @@ void add_layers(HybridConfig& c, const std::vector<bool>& attn_layer, const Bloc
 
 void name_backbone_layers(HybridConfig& c) {
   c.embedding_name = "backbone.embeddings.weight";
+  c.embedding_alias = "backbone.embedding.weight";  // hub files of some Mamba checkpoints
   c.final_norm_name = "backbone.norm_f.weight";
   for (int i = 0; i < c.n_layers(); ++i) {
     const std::string p = "backbone.layers." + std::to_string(i) + ".";
