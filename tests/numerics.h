@@ -29,6 +29,11 @@ constexpr double kMamba1Scan = 2e-5;
 constexpr double kSsdScan = 5e-5;
 // Attention: f32 online softmax (vexp, per-tile rescale) vs double two-pass softmax.
 constexpr double kAttention = 2e-5;
+// Attention over K and V stored bf16 (8 mantissa bits: each value within 2^-9 relative of the f32
+// one) vs stored f32, both exact (ref): the output moves by the rounding of the values it averages
+// and of the scores' inputs, ~2^-9 of its scale; 4x that for margin. f16 (11 bits, 2^-12): 8x less.
+constexpr double kAttentionKvBf16 = 8e-3;
+constexpr double kAttentionKvF16 = 1e-3;
 // Full model with the recurrent state stored in bf16 / f16 between steps vs f32 storage: each
 // stored value is rounded to 8 (bf16) or 11 (f16) mantissa bits, ~4e-3 / 5e-4 relative; a few
 // decode steps over a few layers keep the logits within 3e-2 of their scale.

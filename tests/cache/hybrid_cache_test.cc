@@ -24,8 +24,26 @@ std::vector<LayerCacheSpec> attention_layers() {
   return {{LayerCacheKind::Attention, {}, {2, 4}}, {LayerCacheKind::Attention, {}, {1, 8}}};
 }
 
-// What a step of a model would do: token `tok` at position p writes K = tok * 1000 + p (+ small
-// per-element offsets) into every attention layer, and folds tok into every recurrent state.
+// Element e of the K (is_v false) or V row of token `tok` at position p, exactly representable in
+// the KV dtype, so that storing it is lossless and equal contents mean equal histories. f32: K =
+// tok * 1000 + p (+ small per-element offsets), V = -(tok * 1000 + p). bf16 / f16 have too few
+// mantissa bits to keep such values apart, so a hashed 16-bit pattern of (tok, p, e) (never inf
+// or NaN) stands for them.
+float kv_value(DType dt, int tok, int p, int e, bool is_v) {
+  if (dt == DType::F32) return is_v ? -(tok * 1000.0f + p) : tok * 1000.0f + p + e * 1e-3f;
+  uint32_t h = static_cast<uint32_t>(tok) * 2654435761u ^ static_cast<uint32_t>(p) * 40503u ^
+               static_cast<uint32_t>(e) * 97u ^ (is_v ? 0x5bd1e995u : 0u);
+  h ^= h >> 15;
+  h *= 0x2c1b3c6du;
+  h ^= h >> 12;
+  uint16_t bits = static_cast<uint16_t>(h);
+  const uint16_t exponent = dt == DType::BF16 ? 0x7f80u : 0x7c00u;
+  if ((bits & exponent) == exponent) bits ^= 0x4000u;  // all-ones exponent: inf / NaN
+  return dt == DType::BF16 ? bf16_to_f32(bits) : f16_to_f32(bits);
+}
+
+// What a step of a model would do: token `tok` at position p writes kv_value(tok, p, ...) into
+// every attention layer, and folds tok into every recurrent state.
 void append(HybridCache& c, int seq, const std::vector<int>& toks) {
   const BatchRun run{seq, static_cast<int>(toks.size())};
   c.prepare(std::span(&run, 1));
@@ -35,11 +53,15 @@ void append(HybridCache& c, int seq, const std::vector<int>& toks) {
     if (spec.has_kv()) {
       PagedKv kv = c.kv(seq, static_cast<int>(l));
       const int width = kv.n_kv_heads * kv.head_dim;
-      for (size_t i = 0; i < toks.size(); ++i)
+      std::vector<float> k(width), v(width);
+      for (size_t i = 0; i < toks.size(); ++i) {
+        const int p = p0 + static_cast<int>(i);
         for (int e = 0; e < width; ++e) {
-          kv.k_row(p0 + static_cast<int>(i))[e] = toks[i] * 1000.0f + (p0 + i) + e * 1e-3f;
-          kv.v_row(p0 + static_cast<int>(i))[e] = -(toks[i] * 1000.0f + (p0 + i));
+          k[e] = kv_value(kv.dtype, toks[i], p, e, false);
+          v[e] = kv_value(kv.dtype, toks[i], p, e, true);
         }
+        kv.store(p, k.data(), v.data());
+      }
     }
     if (spec.has_state())
       for (int t : toks) {
@@ -62,11 +84,13 @@ std::vector<float> contents(HybridCache& c, int seq) {
     const LayerCacheSpec& spec = c.layers()[l];
     if (spec.has_kv()) {
       PagedKv kv = c.kv(seq, static_cast<int>(l));
-      for (int p = 0; p < n; ++p)
-        for (int e = 0; e < kv.n_kv_heads * kv.head_dim; ++e) {
-          out.push_back(kv.k_row(p)[e]);
-          out.push_back(kv.v_row(p)[e]);
-        }
+      std::vector<float> k(kv.row_elems()), v(kv.row_elems());
+      for (int p = 0; p < n; ++p) {
+        kv.load_k(p, k.data());
+        kv.load_v(p, v.data());
+        out.insert(out.end(), k.begin(), k.end());
+        out.insert(out.end(), v.begin(), v.end());
+      }
     }
     if (spec.has_state()) {
       const float* s = c.ssm_state(seq, static_cast<int>(l));

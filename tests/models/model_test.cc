@@ -58,9 +58,12 @@ std::vector<float> cache_contents(Engine& e, int s) {
   for (size_t l = 0; l < c.layers().size(); ++l) {
     if (!c.layers()[l].has_kv()) continue;
     const PagedKv kv = c.kv(s, static_cast<int>(l));
+    std::vector<float> k(kv.row_elems()), v(kv.row_elems());
     for (int p = 0; p < c.seq_length(s); ++p) {
-      out.insert(out.end(), kv.k_row(p), kv.k_row(p) + kv.n_kv_heads * kv.head_dim);
-      out.insert(out.end(), kv.v_row(p), kv.v_row(p) + kv.n_kv_heads * kv.head_dim);
+      kv.load_k(p, k.data());
+      kv.load_v(p, v.data());
+      out.insert(out.end(), k.begin(), k.end());
+      out.insert(out.end(), v.begin(), v.end());
     }
   }
   return out;
