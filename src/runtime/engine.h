@@ -25,8 +25,15 @@ struct EngineOptions {
   int block_size = 16;    // tokens per KV page
   int kv_pages = 0;       // 0 = max_sequences x context / block_size
   DType state_dtype = DType::F32;  // recurrent state storage: F32, BF16 or F16
+  // KV cache storage of attention layers: F32, BF16 or F16. Unused without attention layers.
+  DType kv_dtype = DType::F32;
   bool mlock = false;  // lock the loaded weights (and everything else mapped now) in RAM
 };
+
+// The spelling of cache dtypes on the command line (--state-dtype, --kv-dtype): "f32", "bf16",
+// "f16"; parse_cache_dtype throws an Error naming the flag for anything else.
+const char* cache_dtype_name(DType t);
+DType parse_cache_dtype(const std::string& flag, const std::string& value);
 
 class Engine {
  public:

@@ -116,16 +116,28 @@ CacheOptions opts(int seqs, int block, int pages) {
   return o;
 }
 
-TEST(HybridCache, SpecsReportBytes) {
+// The sequence operations, once per KV storage dtype: they move pages as bytes, so every one of
+// them must hold bitwise for bf16 and f16 pages as for f32.
+class HybridCacheKv : public ::testing::TestWithParam<DType> {
+ protected:
+  CacheOptions opts(int seqs, int block, int pages) const {
+    CacheOptions o = ::hybridlm::opts(seqs, block, pages);
+    o.kv_dtype = GetParam();
+    return o;
+  }
+};
+
+TEST_P(HybridCacheKv, SpecsReportBytes) {
   HybridCache c(hybrid_layers(), opts(2, 4, 32));
-  EXPECT_EQ(c.kv_bytes_per_token(), (2 * 2 * 4 + 2 * 2 * 4 + 2 * 1 * 8) * sizeof(float));
+  EXPECT_EQ(c.kv_dtype(), GetParam());
+  EXPECT_EQ(c.kv_bytes_per_token(), (2 * 2 * 4 + 2 * 2 * 4 + 2 * 1 * 8) * dtype_size(GetParam()));
   EXPECT_GE(c.state_bytes_per_sequence(), (12 + 10 + 12 + 6) * sizeof(float));
   EXPECT_TRUE(c.has_kv());
   EXPECT_TRUE(c.has_state());
   EXPECT_STREQ(layer_cache_kind_name(c.layers()[2].kind), "mamba+attention");
 }
 
-TEST(HybridCache, PagesAtEveryBlockOffsetHoldWhatWasWritten) {
+TEST_P(HybridCacheKv, PagesAtEveryBlockOffsetHoldWhatWasWritten) {
   for (int block : {1, 3, 4, 16}) {
     SCOPED_TRACE("block " + std::to_string(block));
     HybridCache c(hybrid_layers(), opts(2, block, 64));
@@ -145,7 +157,7 @@ TEST(HybridCache, PagesAtEveryBlockOffsetHoldWhatWasWritten) {
   }
 }
 
-TEST(HybridCache, RemoveReturnsSlotAndPages) {
+TEST_P(HybridCacheKv, RemoveReturnsSlotAndPages) {
   HybridCache c(hybrid_layers(), opts(3, 4, 20));
   const int free0 = c.free_pages();
   const int a = c.add(), b = c.add();
@@ -168,7 +180,7 @@ TEST(HybridCache, RemoveReturnsSlotAndPages) {
   EXPECT_EQ(c.ssm_state(d, 0)[3], 0.0f);
 }
 
-TEST(HybridCache, ForkSharesPagesCopyOnWriteAndContinuesIndependently) {
+TEST_P(HybridCacheKv, ForkSharesPagesCopyOnWriteAndContinuesIndependently) {
   HybridCache c(hybrid_layers(), opts(4, 4, 64));
   const int a = c.add();
   append(c, a, range(1, 7));  // 6 tokens: page 2 half full
@@ -189,7 +201,7 @@ TEST(HybridCache, ForkSharesPagesCopyOnWriteAndContinuesIndependently) {
   EXPECT_EQ(contents(c, a), contents(ref, r2));
 }
 
-TEST(HybridCache, SnapshotRestoreReturnsToTheSameStateAndSurvivesReuse) {
+TEST_P(HybridCacheKv, SnapshotRestoreReturnsToTheSameStateAndSurvivesReuse) {
   HybridCache c(hybrid_layers(), opts(2, 4, 64));
   const int a = c.add();
   append(c, a, range(1, 6));
@@ -214,7 +226,7 @@ TEST(HybridCache, SnapshotRestoreReturnsToTheSameStateAndSurvivesReuse) {
   EXPECT_EQ(c.free_pages(), c.total_pages()) << "dropping the last snapshot frees its pages";
 }
 
-TEST(HybridCache, CropNeedsAKeptSnapshotForRecurrentLayers) {
+TEST_P(HybridCacheKv, CropNeedsAKeptSnapshotForRecurrentLayers) {
   HybridCache c(hybrid_layers(), opts(2, 4, 64));
   const int a = c.add();
   append(c, a, range(1, 6));
@@ -243,7 +255,7 @@ TEST(HybridCache, CropNeedsAKeptSnapshotForRecurrentLayers) {
   EXPECT_THROW(c.crop(a, -1), Error);
 }
 
-TEST(HybridCache, CropOfAttentionOnlyTruncatesPages) {
+TEST_P(HybridCacheKv, CropOfAttentionOnlyTruncatesPages) {
   HybridCache c(attention_layers(), opts(2, 4, 16));
   const int a = c.add();
   append(c, a, range(1, 12));
@@ -262,7 +274,7 @@ TEST(HybridCache, CropOfAttentionOnlyTruncatesPages) {
   EXPECT_EQ(c.seq_length(f), 0);
 }
 
-TEST(HybridCache, ReorderIsAGatherOverStatesAndPages) {
+TEST_P(HybridCacheKv, ReorderIsAGatherOverStatesAndPages) {
   HybridCache c(hybrid_layers(), opts(4, 4, 64));
   const int s0 = c.add(), s1 = c.add(), s2 = c.add();
   append(c, s0, {1, 2, 3});
@@ -285,7 +297,7 @@ TEST(HybridCache, ReorderIsAGatherOverStatesAndPages) {
   EXPECT_THROW(c.reorder(seqs, bad), Error);
 }
 
-TEST(HybridCache, PrepareIsAllOrNothingWhenThePoolIsFull) {
+TEST_P(HybridCacheKv, PrepareIsAllOrNothingWhenThePoolIsFull) {
   HybridCache c(attention_layers(), opts(2, 4, 3));
   const int a = c.add(), b = c.add();
   append(c, a, range(0, 6));  // 2 pages
@@ -304,7 +316,7 @@ TEST(HybridCache, PrepareIsAllOrNothingWhenThePoolIsFull) {
   EXPECT_EQ(c.free_pages(), 1);
 }
 
-TEST(HybridCache, BeamsSharingOnePageNeedOneCopyLess) {
+TEST_P(HybridCacheKv, BeamsSharingOnePageNeedOneCopyLess) {
   // Review finding: 4 beams gathered from one sequence share its half-filled page (refcount 4);
   // writing one token each takes 3 copies (the last writer keeps the page), not 4.
   HybridCache c(attention_layers(), opts(4, 16, 4));
@@ -322,7 +334,7 @@ TEST(HybridCache, BeamsSharingOnePageNeedOneCopyLess) {
   for (int q : seqs) EXPECT_EQ(c.seq_length(q), 11);
 }
 
-TEST(HybridCache, AFailedStepReturnsItsPagesAndBlocksTheSequenceUntilRestored) {
+TEST_P(HybridCacheKv, AFailedStepReturnsItsPagesAndBlocksTheSequenceUntilRestored) {
   HybridCache c(hybrid_layers(), opts(2, 4, 16));
   const int a = c.add();
   append(c, a, range(1, 6));  // 5 tokens: 2 pages
@@ -393,6 +405,15 @@ TEST(HybridCache, Bf16DecodeStepsLeaveTheSsmStateInPlace) {
   EXPECT_EQ(c.ssm_state(a, 0)[3], 2.5f);
   EXPECT_THROW(c.store_state(decode, 2), Error) << "a store without its load";
   c.store_state(decode, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(KvDtypes, HybridCacheKv, ::testing::Values(DType::F32, DType::BF16, DType::F16),
+                         [](const ::testing::TestParamInfo<DType>& i) { return std::string(dtype_name(i.param)); });
+
+TEST(HybridCache, KvDtypeOtherThanF32Bf16F16IsRefused) {
+  CacheOptions o = opts(2, 4, 8);
+  o.kv_dtype = DType::I8;
+  EXPECT_THROW(HybridCache(attention_layers(), o), Error);
 }
 
 }  // namespace

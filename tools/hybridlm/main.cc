@@ -246,12 +246,12 @@ int cmd_inspect(const ModelFlags& mf) {
   report_mlock(engine);
   const Model& m = engine.model();
   const HybridConfig& c = m.config();
-  size_t conv = 0, ssm = 0, kv = 0;
+  size_t conv = 0, ssm = 0;
   for (const LayerCacheSpec& s : m.cache_specs()) {
     conv += s.state.conv_elems() * sizeof(float);
     ssm += s.state.ssm_elems * sizeof(float);
-    if (s.has_kv()) kv += s.kv.bytes_per_token();
   }
+  const size_t kv = engine.cache().kv_bytes_per_token();  // at the KV dtype the cache holds
   std::printf("model:          %s\n", mf.dir.c_str());
   std::printf("family:         %s (%s)\n", c.family.c_str(), c.architecture.empty() ? "-" : c.architecture.c_str());
   std::printf("layers:         %d\n", c.n_layers());
@@ -266,7 +266,8 @@ int cmd_inspect(const ModelFlags& mf) {
               conv + ssm, format_bytes(conv + ssm).c_str(), format_bytes(conv).c_str(), format_bytes(ssm).c_str(),
               format_bytes(static_cast<double>(engine.cache().state_bytes_per_sequence())).c_str(), mf.state_dtype.c_str());
   if (kv > 0)
-    std::printf("kv / token:     %zu bytes (%s), f32\n", kv, format_bytes(static_cast<double>(kv)).c_str());
+    std::printf("kv / token:     %zu bytes (%s), %s\n", kv, format_bytes(static_cast<double>(kv)).c_str(),
+                cache_dtype_name(engine.cache().kv_dtype()));
   else
     std::printf("kv / token:     0 bytes (no attention layers)\n");
   std::printf("cpu path:       %s\n", cpu::active_path());
