@@ -25,8 +25,11 @@ struct EngineOptions {
   int block_size = 16;    // tokens per KV page
   int kv_pages = 0;       // 0 = max_sequences x context / block_size
   DType state_dtype = DType::F32;  // recurrent state storage: F32, BF16 or F16
-  // KV cache storage of attention layers: F32, BF16 or F16. Unused without attention layers.
-  DType kv_dtype = DType::F32;
+  // KV cache storage of attention layers: F32, BF16 or F16. BF16 by default, as llama.cpp and vLLM
+  // default to 16-bit KV: half the memory and traffic of f32 for ~2^-9 relative rounding per
+  // stored value (docs/numerics.md); F32 reproduces the exact computation. Unused without
+  // attention layers.
+  DType kv_dtype = DType::BF16;
   bool mlock = false;  // lock the loaded weights (and everything else mapped now) in RAM
 };
 

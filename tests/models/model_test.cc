@@ -42,10 +42,12 @@ double rel_err(const float* a, const float* b, size_t n) {
   return err / mx;
 }
 
+// f32 KV unless a test says otherwise: the exact storage (the engine's default is bf16).
 EngineOptions opts(int max_seqs = 4) {
   EngineOptions o;
   o.threads = 2;
   o.max_sequences = max_seqs;
+  o.kv_dtype = DType::F32;
   return o;
 }
 
