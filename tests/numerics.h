@@ -40,5 +40,17 @@ constexpr double kAttentionKvF16 = 1e-3;
 constexpr double kStateBf16 = 3e-2;
 // Full model: decode (chunk of 1) vs prefill (chunked SSD) differ only by f32 summation order.
 constexpr double kDecodeVsPrefill = 1e-4;
+// The same with K and V stored bf16: a decode step's K and V differ from prefill's by that f32
+// order (~1e-6), which now and then moves a value across a bf16 rounding boundary, a jump of one
+// bf16 step (2^-8 of the value) in that one stored value. Measured up to 1.3e-4 (zamba2, whose
+// shared block writes the same rounding into four layers' caches).
+constexpr double kDecodeVsPrefillKvBf16 = 1e-3;
+// Full model with K and V stored bf16 / f16 vs f32 (logits relative to their scale): every stored
+// value is within 2^-9 (bf16, 8 mantissa bits) or 2^-12 (f16, 11 bits) of the f32 one, and a
+// logit moves by about that fraction of its scale per attention layer. Measured on the
+// random-weight fixtures: bf16 2e-5 (granite) to 9.2e-3 (zamba2, four layers sharing one block),
+// f16 2.6e-6 to 2.3e-3; bounds ~3-4x the worst.
+constexpr double kKvBf16Model = 3e-2;
+constexpr double kKvF16Model = 1e-2;
 
 }  // namespace hybridlm::tol
