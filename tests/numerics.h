@@ -29,6 +29,11 @@ constexpr double kMamba1Scan = 2e-5;
 constexpr double kSsdScan = 5e-5;
 // Attention: f32 online softmax (vexp, per-tile rescale) vs double two-pass softmax.
 constexpr double kAttention = 2e-5;
+// Attention over K and V stored bf16 (8 mantissa bits: each value within 2^-9 relative of the f32
+// one) vs stored f32, both exact (ref): the output moves by the rounding of the values it averages
+// and of the scores' inputs, ~2^-9 of its scale; 4x that for margin. f16 (11 bits, 2^-12): 8x less.
+constexpr double kAttentionKvBf16 = 8e-3;
+constexpr double kAttentionKvF16 = 1e-3;
 // Full model with the recurrent state stored in bf16 / f16 between steps vs f32 storage: each
 // stored value is rounded to 8 (bf16) or 11 (f16) mantissa bits, ~4e-3 / 5e-4 relative; a few
 // decode steps over a few layers keep the logits within 3e-2 of their scale.
@@ -37,12 +42,24 @@ constexpr double kStateBf16 = 3e-2;
 // op's f32 vs double accumulation above, compounded over a few layers and steps (the tiny
 // fixtures measure 1e-7 to 2e-6).
 constexpr double kModelCpuVsRef = 1e-5;
-// The same with bf16 state storage: where the two sides' f32 states straddle a bf16 rounding
-// boundary, they store values one bf16 step (2^-8 relative) apart, and later steps read them
-// (measured up to 6e-5).
-constexpr double kModelCpuVsRefBf16State = 5e-4;
+// The same with bf16 state or KV storage: where the two sides' f32 values straddle a bf16
+// rounding boundary, they store values one bf16 step (2^-8 relative) apart, and later steps read
+// them (measured up to 6e-5 with bf16 state).
+constexpr double kModelCpuVsRef16BitCache = 5e-4;
 // Full model: decode (chunk of 1) vs prefill (chunked SSD) differ only by f32 summation order.
 constexpr double kDecodeVsPrefill = 1e-4;
+// The same with K and V stored bf16: a decode step's K and V differ from prefill's by that f32
+// order (~1e-6), which now and then moves a value across a bf16 rounding boundary, a jump of one
+// bf16 step (2^-8 of the value) in that one stored value. Measured up to 1.3e-4 (zamba2, whose
+// shared block writes the same rounding into four layers' caches).
+constexpr double kDecodeVsPrefillKvBf16 = 1e-3;
+// Full model with K and V stored bf16 / f16 vs f32 (logits relative to their scale): every stored
+// value is within 2^-9 (bf16, 8 mantissa bits) or 2^-12 (f16, 11 bits) of the f32 one, and a
+// logit moves by about that fraction of its scale per attention layer. Measured on the
+// random-weight fixtures: bf16 2e-5 (granite) to 9.2e-3 (zamba2, four layers sharing one block),
+// f16 2.6e-6 to 2.3e-3; bounds ~3-4x the worst.
+constexpr double kKvBf16Model = 3e-2;
+constexpr double kKvF16Model = 1e-2;
 
 // Reading f16 / bf16 stored values back as f32 (safetensors to_f32): round to nearest keeps the
 // relative error within half a unit of the last place, 2^-11 (f16, 11 significant bits) and 2^-8

@@ -20,21 +20,21 @@ const char* layer_cache_kind_name(LayerCacheKind k) {
 }
 
 // The KV pages of every attention layer. Page p of layer l holds K then V, each (block_size,
-// n_kv_heads, head_dim). One page id names the same token range in every layer, so a sequence
-// needs one block table for all layers. Storage comes from calloc: pages are zero and the OS
-// backs them with memory only when first written.
+// n_kv_heads, head_dim), in elements of `dtype` (F32, BF16 or F16). One page id names the same
+// token range in every layer, so a sequence needs one block table for all layers. Storage comes
+// from calloc: pages are zero and the OS backs them with memory only when first written.
 class KvPagePool {
  public:
-  KvPagePool(const std::vector<KvLayerSpec>& layers, int block_size, int n_pages)
-      : refs_(static_cast<size_t>(n_pages), 0) {
+  KvPagePool(const std::vector<KvLayerSpec>& layers, int block_size, int n_pages, DType dtype)
+      : dtype_(dtype), elem_bytes_(dtype_size(dtype)), refs_(static_cast<size_t>(n_pages), 0) {
     for (const KvLayerSpec& l : layers) {
       const size_t half = static_cast<size_t>(block_size) * l.n_kv_heads * l.head_dim;
       Layer L;
-      L.page_floats = 2 * half;
+      L.page_elems = 2 * half;
       L.v_offset = half;
-      check(n_pages == 0 || L.page_floats <= (size_t{1} << 40) / static_cast<size_t>(n_pages),
-            "KV cache of ", n_pages, " pages x ", L.page_floats, " floats is too large");
-      L.data.reset(static_cast<float*>(std::calloc(std::max<size_t>(1, L.page_floats * n_pages), sizeof(float))));
+      check(n_pages == 0 || L.page_elems <= (size_t{1} << 40) / static_cast<size_t>(n_pages),
+            "KV cache of ", n_pages, " pages x ", L.page_elems, " values is too large");
+      L.data.reset(static_cast<uint8_t*>(std::calloc(std::max<size_t>(1, L.page_elems * n_pages), elem_bytes_)));
       check(L.data != nullptr, "cannot allocate the KV cache (", n_pages, " pages)");
       layers_.push_back(std::move(L));
     }
@@ -55,24 +55,28 @@ class KvPagePool {
   int free_count() const { return static_cast<int>(free_.size()); }
   int total() const { return static_cast<int>(refs_.size()); }
   void copy(int src, int dst) {
-    for (Layer& L : layers_)
-      std::memcpy(L.data.get() + static_cast<size_t>(dst) * L.page_floats,
-                  L.data.get() + static_cast<size_t>(src) * L.page_floats, L.page_floats * sizeof(float));
+    for (Layer& L : layers_) {
+      const size_t page_bytes = L.page_elems * elem_bytes_;
+      std::memcpy(L.data.get() + static_cast<size_t>(dst) * page_bytes, L.data.get() + static_cast<size_t>(src) * page_bytes,
+                  page_bytes);
+    }
   }
   PagedKv view(int layer, int block_size, const KvLayerSpec& spec, const int32_t* pages) {
     Layer& L = layers_[layer];
-    return {L.data.get(), L.data.get() + L.v_offset, pages, block_size, spec.n_kv_heads, spec.head_dim,
-            L.page_floats};
+    return {L.data.get(), L.data.get() + L.v_offset * elem_bytes_, pages, block_size, spec.n_kv_heads, spec.head_dim,
+            L.page_elems, dtype_};
   }
 
  private:
   struct Free {
-    void operator()(float* p) const { std::free(p); }
+    void operator()(uint8_t* p) const { std::free(p); }
   };
   struct Layer {
-    std::unique_ptr<float[], Free> data;
-    size_t page_floats = 0, v_offset = 0;
+    std::unique_ptr<uint8_t[], Free> data;
+    size_t page_elems = 0, v_offset = 0;  // in elements
   };
+  DType dtype_;
+  size_t elem_bytes_;
   std::vector<Layer> layers_;
   std::vector<int> refs_;
   std::vector<int32_t> free_;
@@ -113,10 +117,13 @@ static std::vector<LayerStateSpec> state_layers(const std::vector<LayerCacheSpec
 HybridCache::HybridCache(std::vector<LayerCacheSpec> layers, const CacheOptions& opt)
     : layers_(std::move(layers)),
       block_size_(opt.block_size),
+      kv_dtype_(opt.kv_dtype),
       states_(state_layers(layers_), opt.max_sequences, opt.state_dtype),
       staged_at_(static_cast<size_t>(std::max(0, opt.max_sequences)), -1) {
   check(opt.max_sequences > 0, "the cache needs at least one sequence (max sequences = ", opt.max_sequences, ")");
   check(opt.block_size > 0 && opt.block_size <= 4096, "KV block size must be in [1, 4096], got ", opt.block_size);
+  check(opt.kv_dtype == DType::F32 || opt.kv_dtype == DType::BF16 || opt.kv_dtype == DType::F16,
+        "KV cache dtype ", dtype_name(opt.kv_dtype), ": use F32, BF16 or F16");
   std::vector<KvLayerSpec> kv_layers;
   for (const LayerCacheSpec& l : layers_) {
     kv_index_.push_back(l.has_kv() ? static_cast<int>(kv_layers.size()) : -1);
@@ -132,7 +139,7 @@ HybridCache::HybridCache(std::vector<LayerCacheSpec> layers, const CacheOptions&
     check(want <= (int64_t{1} << 30), "KV cache of ", want, " pages is too large");
     n_pages = static_cast<int>(want);
   }
-  pages_ = std::make_shared<KvPagePool>(kv_layers, block_size_, n_pages);
+  pages_ = std::make_shared<KvPagePool>(kv_layers, block_size_, n_pages, kv_dtype_);
   seqs_.resize(static_cast<size_t>(opt.max_sequences));
   // Block tables and the step's scratch at their working size now, so that a step never allocates
   // (a sequence past `context` tokens may still grow its table).
@@ -435,7 +442,7 @@ int HybridCache::page_refcount(int page) const { return pages_->refcount(page); 
 size_t HybridCache::kv_bytes_per_token() const {
   size_t n = 0;
   for (const LayerCacheSpec& l : layers_)
-    if (l.has_kv()) n += l.kv.bytes_per_token();
+    if (l.has_kv()) n += l.kv.bytes_per_token(kv_dtype_);
   return n;
 }
 

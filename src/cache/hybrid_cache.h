@@ -26,8 +26,9 @@ const char* layer_cache_kind_name(LayerCacheKind k);
 
 struct KvLayerSpec {
   int n_kv_heads = 0, head_dim = 0;
-  // K and V of one token, f32.
-  size_t bytes_per_token() const { return 2 * static_cast<size_t>(n_kv_heads) * head_dim * sizeof(float); }
+  // K and V of one token, stored as `dtype` (F32, BF16 or F16: the cache's kv_dtype).
+  size_t elems_per_token() const { return 2 * static_cast<size_t>(n_kv_heads) * head_dim; }
+  size_t bytes_per_token(DType dtype) const { return elems_per_token() * dtype_size(dtype); }
 };
 
 struct LayerCacheSpec {
@@ -45,6 +46,9 @@ struct CacheOptions {
   int kv_pages = 0;
   int context = 4096;
   DType state_dtype = DType::F32;  // recurrent state storage: F32, BF16 or F16
+  // KV page storage: F32, BF16 or F16 (rows rounded to nearest even when written). F32 here, the
+  // exact storage; the engine defaults to BF16 (EngineOptions::kv_dtype).
+  DType kv_dtype = DType::F32;
 };
 
 // One run of a varlen batch: `len` tokens continuing sequence `seq`.
@@ -138,7 +142,9 @@ class HybridCache {
   int free_pages() const;
   int page_refcount(int page) const;
   size_t state_bytes_per_sequence() const { return states_.bytes_per_slot(); }
-  size_t kv_bytes_per_token() const;
+  size_t kv_bytes_per_token() const;  // all attention layers, at kv_dtype()
+  DType kv_dtype() const { return kv_dtype_; }
+  DType state_dtype() const { return states_.dtype(); }
   bool has_state() const { return has_state_; }
   bool has_kv() const { return has_kv_; }
 
@@ -155,6 +161,7 @@ class HybridCache {
   std::vector<LayerCacheSpec> layers_;
   std::vector<int> kv_index_;  // model layer -> index into the page pool's layers, or -1
   int block_size_;
+  DType kv_dtype_;
   bool has_state_ = false, has_kv_ = false;
   StatePool states_;
   std::vector<float> staging_;       // 16-bit storage: one layer of the loaded sequences, f32

@@ -15,6 +15,21 @@
 
 namespace hybridlm {
 
+const char* cache_dtype_name(DType t) {
+  switch (t) {
+    case DType::F32: return "f32";
+    case DType::BF16: return "bf16";
+    case DType::F16: return "f16";
+    default: return "?";
+  }
+}
+
+DType parse_cache_dtype(const std::string& flag, const std::string& value) {
+  for (DType t : {DType::F32, DType::BF16, DType::F16})
+    if (value == cache_dtype_name(t)) return t;
+  throw Error(flag + " " + value + ": use f32, bf16 or f16");
+}
+
 static int default_threads(int n) {
   if (n > 0) return n;
   return available_cores();
@@ -33,7 +48,7 @@ Engine::Engine(const std::filesystem::path& dir, const EngineOptions& opt)
   double slot_bytes = 0, kv_token_bytes = 0;
   for (const LayerCacheSpec& l : specs) {
     slot_bytes += static_cast<double>(l.state.bytes(dtype_size(opt.state_dtype)));
-    if (l.has_kv()) kv_token_bytes += static_cast<double>(l.kv.bytes_per_token());
+    if (l.has_kv()) kv_token_bytes += static_cast<double>(l.kv.bytes_per_token(opt.kv_dtype));
   }
   const double pages = opt.kv_pages > 0 ? opt.kv_pages
                                         : std::ceil(static_cast<double>(opt.context) / opt.block_size) * opt.max_sequences;
@@ -43,7 +58,7 @@ Engine::Engine(const std::filesystem::path& dir, const EngineOptions& opt)
   auto mib = [](double b) { return std::to_string(static_cast<long long>(b / (1 << 20))); };
   check(have <= 0 || state_need + kv_need <= have,
         "the cache of ", opt.max_sequences, " sequence(s) needs ", mib(state_need), " MiB of recurrent state + ",
-        mib(kv_need), " MiB of KV, more than this machine's ", mib(have),
+        mib(kv_need), " MiB of KV at ", cache_dtype_name(opt.kv_dtype), ", more than this machine's ", mib(have),
         " MiB (lower the sequences or the context, or check the sizes in config.json)");
   CacheOptions co;
   co.max_sequences = opt.max_sequences;
@@ -51,6 +66,7 @@ Engine::Engine(const std::filesystem::path& dir, const EngineOptions& opt)
   co.kv_pages = opt.kv_pages;
   co.context = opt.context;
   co.state_dtype = opt.state_dtype;
+  co.kv_dtype = opt.kv_dtype;
   cache_ = std::make_unique<HybridCache>(specs, co);
   // The step's activations and arena for the engine's limits: a prefill chunk (prefill()'s 512
   // tokens) or every sequence decoding at once. A larger step grows them once.

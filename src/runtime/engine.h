@@ -25,11 +25,21 @@ struct EngineOptions {
   int block_size = 16;    // tokens per KV page
   int kv_pages = 0;       // 0 = max_sequences x context / block_size
   DType state_dtype = DType::F32;  // recurrent state storage: F32, BF16 or F16
+  // KV cache storage of attention layers: F32, BF16 or F16. BF16 by default, as llama.cpp and vLLM
+  // default to 16-bit KV: half the memory and traffic of f32 for ~2^-9 relative rounding per
+  // stored value (docs/numerics.md); F32 reproduces the exact computation. Unused without
+  // attention layers.
+  DType kv_dtype = DType::BF16;
   bool mlock = false;  // lock the loaded weights (and everything else mapped now) in RAM
   // The kernels every forward calls: cpu_kernels() (the default) or ref_kernels(), the scalar
   // oracle, to run a whole model on the reference (slow; for checking, kernels_by_name).
   const KernelTable* kernels = nullptr;  // nullptr = cpu_kernels()
 };
+
+// The spelling of cache dtypes on the command line (--state-dtype, --kv-dtype): "f32", "bf16",
+// "f16"; parse_cache_dtype throws an Error naming the flag for anything else.
+const char* cache_dtype_name(DType t);
+DType parse_cache_dtype(const std::string& flag, const std::string& value);
 
 class Engine {
  public:

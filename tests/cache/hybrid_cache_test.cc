@@ -24,8 +24,26 @@ std::vector<LayerCacheSpec> attention_layers() {
   return {{LayerCacheKind::Attention, {}, {2, 4}}, {LayerCacheKind::Attention, {}, {1, 8}}};
 }
 
-// What a step of a model would do: token `tok` at position p writes K = tok * 1000 + p (+ small
-// per-element offsets) into every attention layer, and folds tok into every recurrent state.
+// Element e of the K (is_v false) or V row of token `tok` at position p, exactly representable in
+// the KV dtype, so that storing it is lossless and equal contents mean equal histories. f32: K =
+// tok * 1000 + p (+ small per-element offsets), V = -(tok * 1000 + p). bf16 / f16 have too few
+// mantissa bits to keep such values apart, so a hashed 16-bit pattern of (tok, p, e) (never inf
+// or NaN) stands for them.
+float kv_value(DType dt, int tok, int p, int e, bool is_v) {
+  if (dt == DType::F32) return is_v ? -(tok * 1000.0f + p) : tok * 1000.0f + p + e * 1e-3f;
+  uint32_t h = static_cast<uint32_t>(tok) * 2654435761u ^ static_cast<uint32_t>(p) * 40503u ^
+               static_cast<uint32_t>(e) * 97u ^ (is_v ? 0x5bd1e995u : 0u);
+  h ^= h >> 15;
+  h *= 0x2c1b3c6du;
+  h ^= h >> 12;
+  uint16_t bits = static_cast<uint16_t>(h);
+  const uint16_t exponent = dt == DType::BF16 ? 0x7f80u : 0x7c00u;
+  if ((bits & exponent) == exponent) bits ^= 0x4000u;  // all-ones exponent: inf / NaN
+  return dt == DType::BF16 ? bf16_to_f32(bits) : f16_to_f32(bits);
+}
+
+// What a step of a model would do: token `tok` at position p writes kv_value(tok, p, ...) into
+// every attention layer, and folds tok into every recurrent state.
 void append(HybridCache& c, int seq, const std::vector<int>& toks) {
   const BatchRun run{seq, static_cast<int>(toks.size())};
   c.prepare(std::span(&run, 1));
@@ -35,11 +53,15 @@ void append(HybridCache& c, int seq, const std::vector<int>& toks) {
     if (spec.has_kv()) {
       PagedKv kv = c.kv(seq, static_cast<int>(l));
       const int width = kv.n_kv_heads * kv.head_dim;
-      for (size_t i = 0; i < toks.size(); ++i)
+      std::vector<float> k(width), v(width);
+      for (size_t i = 0; i < toks.size(); ++i) {
+        const int p = p0 + static_cast<int>(i);
         for (int e = 0; e < width; ++e) {
-          kv.k_row(p0 + static_cast<int>(i))[e] = toks[i] * 1000.0f + (p0 + i) + e * 1e-3f;
-          kv.v_row(p0 + static_cast<int>(i))[e] = -(toks[i] * 1000.0f + (p0 + i));
+          k[e] = kv_value(kv.dtype, toks[i], p, e, false);
+          v[e] = kv_value(kv.dtype, toks[i], p, e, true);
         }
+        kv.store(p, k.data(), v.data());
+      }
     }
     if (spec.has_state())
       for (int t : toks) {
@@ -62,11 +84,13 @@ std::vector<float> contents(HybridCache& c, int seq) {
     const LayerCacheSpec& spec = c.layers()[l];
     if (spec.has_kv()) {
       PagedKv kv = c.kv(seq, static_cast<int>(l));
-      for (int p = 0; p < n; ++p)
-        for (int e = 0; e < kv.n_kv_heads * kv.head_dim; ++e) {
-          out.push_back(kv.k_row(p)[e]);
-          out.push_back(kv.v_row(p)[e]);
-        }
+      std::vector<float> k(kv.row_elems()), v(kv.row_elems());
+      for (int p = 0; p < n; ++p) {
+        kv.load_k(p, k.data());
+        kv.load_v(p, v.data());
+        out.insert(out.end(), k.begin(), k.end());
+        out.insert(out.end(), v.begin(), v.end());
+      }
     }
     if (spec.has_state()) {
       const float* s = c.ssm_state(seq, static_cast<int>(l));
@@ -92,16 +116,28 @@ CacheOptions opts(int seqs, int block, int pages) {
   return o;
 }
 
-TEST(HybridCache, SpecsReportBytes) {
+// The sequence operations, once per KV storage dtype: they move pages as bytes, so every one of
+// them must hold bitwise for bf16 and f16 pages as for f32.
+class HybridCacheKv : public ::testing::TestWithParam<DType> {
+ protected:
+  CacheOptions opts(int seqs, int block, int pages) const {
+    CacheOptions o = ::hybridlm::opts(seqs, block, pages);
+    o.kv_dtype = GetParam();
+    return o;
+  }
+};
+
+TEST_P(HybridCacheKv, SpecsReportBytes) {
   HybridCache c(hybrid_layers(), opts(2, 4, 32));
-  EXPECT_EQ(c.kv_bytes_per_token(), (2 * 2 * 4 + 2 * 2 * 4 + 2 * 1 * 8) * sizeof(float));
+  EXPECT_EQ(c.kv_dtype(), GetParam());
+  EXPECT_EQ(c.kv_bytes_per_token(), (2 * 2 * 4 + 2 * 2 * 4 + 2 * 1 * 8) * dtype_size(GetParam()));
   EXPECT_GE(c.state_bytes_per_sequence(), (12 + 10 + 12 + 6) * sizeof(float));
   EXPECT_TRUE(c.has_kv());
   EXPECT_TRUE(c.has_state());
   EXPECT_STREQ(layer_cache_kind_name(c.layers()[2].kind), "mamba+attention");
 }
 
-TEST(HybridCache, PagesAtEveryBlockOffsetHoldWhatWasWritten) {
+TEST_P(HybridCacheKv, PagesAtEveryBlockOffsetHoldWhatWasWritten) {
   for (int block : {1, 3, 4, 16}) {
     SCOPED_TRACE("block " + std::to_string(block));
     HybridCache c(hybrid_layers(), opts(2, block, 64));
@@ -121,7 +157,7 @@ TEST(HybridCache, PagesAtEveryBlockOffsetHoldWhatWasWritten) {
   }
 }
 
-TEST(HybridCache, RemoveReturnsSlotAndPages) {
+TEST_P(HybridCacheKv, RemoveReturnsSlotAndPages) {
   HybridCache c(hybrid_layers(), opts(3, 4, 20));
   const int free0 = c.free_pages();
   const int a = c.add(), b = c.add();
@@ -144,7 +180,7 @@ TEST(HybridCache, RemoveReturnsSlotAndPages) {
   EXPECT_EQ(c.ssm_state(d, 0)[3], 0.0f);
 }
 
-TEST(HybridCache, ForkSharesPagesCopyOnWriteAndContinuesIndependently) {
+TEST_P(HybridCacheKv, ForkSharesPagesCopyOnWriteAndContinuesIndependently) {
   HybridCache c(hybrid_layers(), opts(4, 4, 64));
   const int a = c.add();
   append(c, a, range(1, 7));  // 6 tokens: page 2 half full
@@ -165,7 +201,7 @@ TEST(HybridCache, ForkSharesPagesCopyOnWriteAndContinuesIndependently) {
   EXPECT_EQ(contents(c, a), contents(ref, r2));
 }
 
-TEST(HybridCache, SnapshotRestoreReturnsToTheSameStateAndSurvivesReuse) {
+TEST_P(HybridCacheKv, SnapshotRestoreReturnsToTheSameStateAndSurvivesReuse) {
   HybridCache c(hybrid_layers(), opts(2, 4, 64));
   const int a = c.add();
   append(c, a, range(1, 6));
@@ -190,7 +226,7 @@ TEST(HybridCache, SnapshotRestoreReturnsToTheSameStateAndSurvivesReuse) {
   EXPECT_EQ(c.free_pages(), c.total_pages()) << "dropping the last snapshot frees its pages";
 }
 
-TEST(HybridCache, CropNeedsAKeptSnapshotForRecurrentLayers) {
+TEST_P(HybridCacheKv, CropNeedsAKeptSnapshotForRecurrentLayers) {
   HybridCache c(hybrid_layers(), opts(2, 4, 64));
   const int a = c.add();
   append(c, a, range(1, 6));
@@ -219,7 +255,7 @@ TEST(HybridCache, CropNeedsAKeptSnapshotForRecurrentLayers) {
   EXPECT_THROW(c.crop(a, -1), Error);
 }
 
-TEST(HybridCache, CropOfAttentionOnlyTruncatesPages) {
+TEST_P(HybridCacheKv, CropOfAttentionOnlyTruncatesPages) {
   HybridCache c(attention_layers(), opts(2, 4, 16));
   const int a = c.add();
   append(c, a, range(1, 12));
@@ -238,7 +274,7 @@ TEST(HybridCache, CropOfAttentionOnlyTruncatesPages) {
   EXPECT_EQ(c.seq_length(f), 0);
 }
 
-TEST(HybridCache, ReorderIsAGatherOverStatesAndPages) {
+TEST_P(HybridCacheKv, ReorderIsAGatherOverStatesAndPages) {
   HybridCache c(hybrid_layers(), opts(4, 4, 64));
   const int s0 = c.add(), s1 = c.add(), s2 = c.add();
   append(c, s0, {1, 2, 3});
@@ -261,7 +297,7 @@ TEST(HybridCache, ReorderIsAGatherOverStatesAndPages) {
   EXPECT_THROW(c.reorder(seqs, bad), Error);
 }
 
-TEST(HybridCache, PrepareIsAllOrNothingWhenThePoolIsFull) {
+TEST_P(HybridCacheKv, PrepareIsAllOrNothingWhenThePoolIsFull) {
   HybridCache c(attention_layers(), opts(2, 4, 3));
   const int a = c.add(), b = c.add();
   append(c, a, range(0, 6));  // 2 pages
@@ -280,7 +316,7 @@ TEST(HybridCache, PrepareIsAllOrNothingWhenThePoolIsFull) {
   EXPECT_EQ(c.free_pages(), 1);
 }
 
-TEST(HybridCache, BeamsSharingOnePageNeedOneCopyLess) {
+TEST_P(HybridCacheKv, BeamsSharingOnePageNeedOneCopyLess) {
   // Review finding: 4 beams gathered from one sequence share its half-filled page (refcount 4);
   // writing one token each takes 3 copies (the last writer keeps the page), not 4.
   HybridCache c(attention_layers(), opts(4, 16, 4));
@@ -298,7 +334,7 @@ TEST(HybridCache, BeamsSharingOnePageNeedOneCopyLess) {
   for (int q : seqs) EXPECT_EQ(c.seq_length(q), 11);
 }
 
-TEST(HybridCache, AFailedStepReturnsItsPagesAndBlocksTheSequenceUntilRestored) {
+TEST_P(HybridCacheKv, AFailedStepReturnsItsPagesAndBlocksTheSequenceUntilRestored) {
   HybridCache c(hybrid_layers(), opts(2, 4, 16));
   const int a = c.add();
   append(c, a, range(1, 6));  // 5 tokens: 2 pages
@@ -369,6 +405,15 @@ TEST(HybridCache, Bf16DecodeStepsLeaveTheSsmStateInPlace) {
   EXPECT_EQ(c.ssm_state(a, 0)[3], 2.5f);
   EXPECT_THROW(c.store_state(decode, 2), Error) << "a store without its load";
   c.store_state(decode, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(KvDtypes, HybridCacheKv, ::testing::Values(DType::F32, DType::BF16, DType::F16),
+                         [](const ::testing::TestParamInfo<DType>& i) { return std::string(dtype_name(i.param)); });
+
+TEST(HybridCache, KvDtypeOtherThanF32Bf16F16IsRefused) {
+  CacheOptions o = opts(2, 4, 8);
+  o.kv_dtype = DType::I8;
+  EXPECT_THROW(HybridCache(attention_layers(), o), Error);
 }
 
 }  // namespace

@@ -702,23 +702,49 @@ TEST_F(Kernels, RopeMatchesComplexRotation) {
   }
 }
 
-// A paged KV cache with pages scattered in a pool, filled with random K and V for n tokens.
+// A paged KV cache with pages scattered in a pool, filled with random K and V for n tokens, stored
+// as `dtype`: k and v hold the f32 values (for bf16 / f16 already rounded to that dtype, so the
+// f32 copies are the exact values the kernels read), k16 and v16 their 16-bit patterns.
 struct PagedFixture {
-  PagedFixture(int n_tokens, int block, int kv_heads, int hd, uint64_t seed) {
+  PagedFixture(int n_tokens, int block, int kv_heads, int hd, uint64_t seed, DType dtype = DType::F32) {
     const int n_pages = (n_tokens + block - 1) / block;
     for (int p = 0; p < n_pages; ++p) table.push_back(2 * n_pages - 1 - 2 * p);  // reversed, with gaps
     kv.block_size = block;
     kv.n_kv_heads = kv_heads;
     kv.head_dim = hd;
     kv.page_stride = static_cast<size_t>(block) * kv_heads * hd + 3;
+    kv.dtype = dtype;
     k = randn(kv.page_stride * 2 * n_pages, seed);
     v = randn(kv.page_stride * 2 * n_pages, seed + 1);
-    kv.k = k.data();
-    kv.v = v.data();
+    if (dtype == DType::F32) {
+      kv.k = k.data();
+      kv.v = v.data();
+    } else {
+      auto narrow = [&](std::vector<float>& x, std::vector<uint16_t>& bits) {
+        bits.resize(x.size());
+        for (size_t i = 0; i < x.size(); ++i) {
+          bits[i] = dtype == DType::BF16 ? f32_to_bf16(x[i]) : f32_to_f16(x[i]);
+          x[i] = dtype == DType::BF16 ? bf16_to_f32(bits[i]) : f16_to_f32(bits[i]);
+        }
+      };
+      narrow(k, k16);
+      narrow(v, v16);
+      kv.k = k16.data();
+      kv.v = v16.data();
+    }
     kv.pages = table.data();
+  }
+  // The same values as an f32 cache (for bf16 / f16: the widened stored values).
+  PagedKv as_f32() {
+    PagedKv f = kv;
+    f.dtype = DType::F32;
+    f.k = k.data();
+    f.v = v.data();
+    return f;
   }
   std::vector<int32_t> table;
   std::vector<float> k, v;
+  std::vector<uint16_t> k16, v16;
   PagedKv kv;
 };
 
@@ -764,6 +790,111 @@ TEST_F(Kernels, AttentionMatchesRefAndDenseSoftmax) {
   }
 }
 
+// bf16 / f16 KV pages: the cpu kernel widens each stored element in registers (no copy of the
+// cache). Against ref reading the same pages: the f32 tolerance (both see the same values, only the
+// arithmetic differs); and exactly the f32 kernel's result on the widened values (the same
+// arithmetic on the same numbers, so bitwise). Against attention over the unrounded f32 K and V:
+// tol::kAttentionKvBf16 / kAttentionKvF16, the rounding of the stored values themselves.
+TEST_F(Kernels, AttentionOverBf16AndF16KvPages) {
+  struct Case { const char* label; int pos0, T, heads, kv_heads, hd, block; };
+  const Case cases[] = {{"prefill from empty, GQA 4:2, pages of 16", 0, 37, 4, 2, 16, 16},
+                        {"decode at a page boundary, head_dim 128", 32, 1, 4, 2, 128, 16},
+                        {"continuation chunk over 300 keys, MQA, head_dim 24, pages of 5", 270, 40, 3, 1, 24, 5},
+                        {"decode over 1000 keys, head_dim 64", 999, 1, 8, 2, 64, 16}};
+  for (DType dt : {DType::BF16, DType::F16})
+    for (const Case& c : cases) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + ": " + c.label);
+      PagedFixture exact(c.pos0 + c.T, c.block, c.kv_heads, c.hd, 50);
+      PagedFixture f(c.pos0 + c.T, c.block, c.kv_heads, c.hd, 50, dt);
+      const int ld = c.heads * c.hd + 7;
+      auto q = randn(static_cast<size_t>(c.T) * ld, 52, 0.5f);
+      const size_t n = static_cast<size_t>(c.T) * c.heads * c.hd;
+      const float scale = 1.0f / std::sqrt(static_cast<float>(c.hd));
+      Out got(n), want(n), widened(n), full(n);
+      cpu::attention(ctx, q.data(), ld, f.kv, c.pos0, c.T, c.heads, scale, got.data());
+      ref::attention(ref_ctx, q.data(), ld, f.kv, c.pos0, c.T, c.heads, scale, want.data());
+      cpu::attention(ctx, q.data(), ld, f.as_f32(), c.pos0, c.T, c.heads, scale, widened.data());
+      ref::attention(ref_ctx, q.data(), ld, exact.kv, c.pos0, c.T, c.heads, scale, full.data());
+      got.expect_guard();
+      EXPECT_LT(rel_err(got.data(), want.data(), n), tol::kAttention);
+      EXPECT_EQ(std::memcmp(got.data(), widened.data(), n * sizeof(float)), 0)
+          << "16-bit pages must give the f32 kernel's result on the widened values";
+      const double err = rel_err(want.data(), full.data(), n);
+      std::printf("%s %s: vs f32 KV %.2e\n", dtype_name(dt).data(), c.label, err);
+      EXPECT_LT(err, dt == DType::BF16 ? tol::kAttentionKvBf16 : tol::kAttentionKvF16);
+    }
+}
+
+// Decode == prefill inside the kernel, at every KV dtype: T queries in one call give bitwise what T
+// single-query calls at positions pos0, pos0 + 1, ... give (each (query, head) is computed whole,
+// over the same key tiles).
+TEST_F(Kernels, AttentionOneCallEqualsOneQueryAtATime) {
+  const int pos0 = 70, T = 23, heads = 4, kv_heads = 2, hd = 32, block = 16;
+  for (DType dt : {DType::F32, DType::BF16, DType::F16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    PagedFixture f(pos0 + T, block, kv_heads, hd, 53, dt);
+    const int ld = heads * hd;
+    auto q = randn(static_cast<size_t>(T) * ld, 54, 0.5f);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    std::vector<float> all(static_cast<size_t>(T) * ld), one(all.size());
+    cpu::attention(ctx, q.data(), ld, f.kv, pos0, T, heads, scale, all.data());
+    for (int t = 0; t < T; ++t)
+      cpu::attention(ctx, q.data() + static_cast<size_t>(t) * ld, ld, f.kv, pos0 + t, 1, heads, scale,
+                     one.data() + static_cast<size_t>(t) * ld);
+    EXPECT_EQ(all, one);
+  }
+}
+
+// Storing a row rounds each value to the page dtype to nearest even (tensor/dtype.h), loading
+// widens it exactly; f32 pages keep the bits.
+TEST(PagedKvRows, StoreRoundsToNearestEvenAndLoadWidens) {
+  const int32_t table[2] = {1, 0};
+  // 1 + 2^-8 is halfway between bf16 1 and 1 + 2^-7: even is 1. 1 + 3 * 2^-8: even is 1 + 2^-6.
+  // 1 + 2^-11 is halfway between f16 1 and 1 + 2^-10: even is 1.
+  const float k_in[4] = {1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f, 1.0f + 0x1p-11f, -3.0e-7f};
+  const float v_in[4] = {65504.0f, 1.0e-8f, 0.1f, -2.5f};
+  for (DType dt : {DType::F32, DType::BF16, DType::F16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    std::vector<uint8_t> k(2 * 2 * 4 * dtype_size(dt), 0xee), v(k.size(), 0xee);
+    PagedKv kv;
+    kv.k = k.data();
+    kv.v = v.data();
+    kv.pages = table;
+    kv.block_size = 2;
+    kv.n_kv_heads = 2;
+    kv.head_dim = 2;
+    kv.page_stride = 8;  // a page: 2 rows of 2 heads x 2
+    kv.dtype = dt;
+    kv.store(3, k_in, v_in);  // page 0 (table[1]), row 1
+    float k_out[4], v_out[4];
+    kv.load_k(3, k_out);
+    kv.load_v(3, v_out);
+    auto rounded = [&](float x) {
+      if (dt == DType::BF16) return bf16_to_f32(f32_to_bf16(x));
+      if (dt == DType::F16) return f16_to_f32(f32_to_f16(x));
+      return x;
+    };
+    for (int i = 0; i < 4; ++i) {
+      EXPECT_EQ(k_out[i], rounded(k_in[i])) << i;
+      EXPECT_EQ(v_out[i], rounded(v_in[i])) << i;
+    }
+    if (dt == DType::BF16) {
+      EXPECT_EQ(k_out[0], 1.0f);
+      EXPECT_EQ(k_out[1], 1.0f + 0x1p-6f);
+    }
+    if (dt == DType::F16) {
+      EXPECT_EQ(k_out[2], 1.0f);
+    }
+    // Only the row of token 3 was written: page 0, row 1 of K (and of V).
+    const size_t row_bytes = 4 * dtype_size(dt);
+    for (size_t b = 0; b < k.size(); ++b) {
+      if (b < row_bytes || b >= 2 * row_bytes) {
+        EXPECT_EQ(k[b], 0xee) << "byte " << b;
+      }
+    }
+  }
+}
+
 TEST_F(Kernels, ActivationsMatchRef) {
   const int T = 9, d = 37, ld = 50;
   auto a = randn(static_cast<size_t>(T) * ld, 60, 2.0f), b = randn(static_cast<size_t>(T) * ld, 61);
@@ -782,6 +913,22 @@ TEST_F(Kernels, ActivationsMatchRef) {
   ref::activation(ref_ctx, Activation::Relu2, x, nullptr, 3, 1, 3, y);
   EXPECT_EQ(y[1], 0.0f);
   EXPECT_EQ(y[2], 9.0f);
+}
+
+// vf16_to_f32 (the attention kernel's widening of f16 KV) against tensor/dtype.h's f16_to_f32 over
+// every f16 bit pattern: bitwise for numbers (zeros, subnormals, infinities), NaN for NaN.
+TEST(VecMath, F16WideningIsExactForEveryPattern) {
+  for (uint32_t h = 0; h <= 0xffffu; ++h) {
+    const float want = f16_to_f32(static_cast<uint16_t>(h)), got = cpu::vf16_to_f32(static_cast<uint16_t>(h));
+    if (std::isnan(want)) {
+      ASSERT_TRUE(std::isnan(got)) << std::hex << h;
+    } else {
+      uint32_t a, b;
+      std::memcpy(&a, &want, 4);
+      std::memcpy(&b, &got, 4);
+      ASSERT_EQ(a, b) << std::hex << h;
+    }
+  }
 }
 
 TEST(VecMath, ExpMatchesLibmWithinFewUlp) {

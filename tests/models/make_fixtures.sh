@@ -17,6 +17,8 @@ mkdir -p "$out"
   --set 'attention={"num_heads": 4, "num_kv_heads": 1, "head_dim": 16, "partial_rotary_factor": 0.5, "qk_norm": true, "rope_theta": 500.0}' \
   --set 'mlp={"intermediate_size": 96, "activation": "relu2", "gated": false}' \
   --set 'ssm={"d_state": 8, "head_dim": 8, "n_groups": 2, "chunk_size": 8, "dt_rank": 5}' >/dev/null
+# Attention and MLP only, no recurrent layer: decode must equal prefill bitwise (docs/numerics.md).
+"$py" "$tool" --preset hybridlm-tiny --out "$out/hybridlm_attn" --seed 14 --set 'block_pattern=["t", "t", "t"]' >/dev/null
 "$py" "$tool" --preset jamba-tiny --out "$out/jamba" --seed 7 >/dev/null
 "$py" "$tool" --preset bamba-tiny --out "$out/bamba" --seed 8 --set mamba_n_groups=2 --set mamba_chunk_size=8 >/dev/null
 "$py" "$tool" --preset lfm2-tiny --out "$out/lfm2" --seed 9 >/dev/null

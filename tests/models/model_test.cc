@@ -24,7 +24,9 @@ std::filesystem::path fixtures() {
   return d;
 }
 
-const char* kModels[] = {"mamba1", "falcon_mamba", "mamba2_g2", "mamba2_bf16", "hybridlm", "hybridlm_var", "jamba", "bamba", "lfm2", "nemotron_h", "granite", "falcon_h1", "zamba2"};
+const char* kModels[] = {"mamba1", "falcon_mamba", "mamba2_g2", "mamba2_bf16", "hybridlm", "hybridlm_var", "jamba", "bamba", "lfm2", "nemotron_h", "granite", "falcon_h1", "zamba2", "hybridlm_attn"};
+// The fixtures with attention layers (a KV cache): every family that has one.
+const char* kAttentionModels[] = {"hybridlm", "hybridlm_var", "jamba", "bamba", "lfm2", "nemotron_h", "granite", "falcon_h1", "zamba2", "hybridlm_attn"};
 
 std::vector<int32_t> random_ids(int n, int vocab, uint64_t seed) {
   std::mt19937_64 rng(seed);
@@ -42,10 +44,12 @@ double rel_err(const float* a, const float* b, size_t n) {
   return err / mx;
 }
 
+// f32 KV unless a test says otherwise: the exact storage (the engine's default is bf16).
 EngineOptions opts(int max_seqs = 4) {
   EngineOptions o;
   o.threads = 2;
   o.max_sequences = max_seqs;
+  o.kv_dtype = DType::F32;
   return o;
 }
 
@@ -58,9 +62,12 @@ std::vector<float> cache_contents(Engine& e, int s) {
   for (size_t l = 0; l < c.layers().size(); ++l) {
     if (!c.layers()[l].has_kv()) continue;
     const PagedKv kv = c.kv(s, static_cast<int>(l));
+    std::vector<float> k(kv.row_elems()), v(kv.row_elems());
     for (int p = 0; p < c.seq_length(s); ++p) {
-      out.insert(out.end(), kv.k_row(p), kv.k_row(p) + kv.n_kv_heads * kv.head_dim);
-      out.insert(out.end(), kv.v_row(p), kv.v_row(p) + kv.n_kv_heads * kv.head_dim);
+      kv.load_k(p, k.data());
+      kv.load_v(p, v.data());
+      out.insert(out.end(), k.begin(), k.end());
+      out.insert(out.end(), v.begin(), v.end());
     }
   }
   return out;
@@ -110,10 +117,27 @@ std::vector<float> varlen_then_decode(Engine& e, uint64_t seed) {
   return out;
 }
 
-class ModelInvariants : public ::testing::TestWithParam<const char*> {};
+// Every invariant per (fixture, KV dtype): f32 KV on every fixture, bf16 KV (the runtime default)
+// on every fixture with attention layers. A K or V row is rounded to bf16 once, when it is
+// stored, the same way whichever step stores it, so every bitwise invariant (batch, fork,
+// snapshot, crop, reorder, and decode == prefill without recurrent layers) holds at bf16 as at
+// f32. Only where f32 itself is not bitwise (decode vs a chunked scan) is the bound wider.
+class ModelInvariants : public ::testing::TestWithParam<std::tuple<const char*, DType>> {
+ protected:
+  const char* model() const { return std::get<0>(GetParam()); }
+  DType kv_dtype() const { return std::get<1>(GetParam()); }
+  std::filesystem::path dir() const { return fixtures() / model(); }
+  EngineOptions opts(int max_seqs = 4) const {
+    EngineOptions o = ::hybridlm::opts(max_seqs);
+    o.kv_dtype = kv_dtype();
+    return o;
+  }
+  // Decode (or any chunking) vs one prefill step, relative to the logits' scale.
+  double decode_tol() const { return kv_dtype() == DType::F32 ? tol::kDecodeVsPrefill : tol::kDecodeVsPrefillKvBf16; }
+};
 
 TEST_P(ModelInvariants, DecodeEqualsPrefillAtEverySplit) {
-  Engine e(fixtures() / GetParam(), opts());
+  Engine e(dir(), opts());
   const int T = 29, V = e.vocab_size();
   const auto ids = random_ids(T, V, 7);
   const int s0 = e.new_sequence();
@@ -122,7 +146,12 @@ TEST_P(ModelInvariants, DecodeEqualsPrefillAtEverySplit) {
   for (int k = 1; k < T; ++k) {
     SCOPED_TRACE("k=" + std::to_string(k));
     const std::vector<float> got = prefill_then_decode(e, ids, k);
-    ASSERT_LT(rel_err(got.data(), full.data(), full.size()), tol::kDecodeVsPrefill);
+    ASSERT_LT(rel_err(got.data(), full.data(), full.size()), decode_tol());
+    // Without recurrent layers nothing depends on how the tokens are split into steps: every
+    // matmul is batch-invariant and each (query, head) of attention runs over the same key tiles.
+    if (!e.cache().has_state()) {
+      ASSERT_EQ(got, full) << "attention-only: decode must equal prefill bitwise";
+    }
   }
 }
 
@@ -134,21 +163,23 @@ TEST_P(ModelInvariants, CpuKernelsMatchReferenceKernels) {
     SCOPED_TRACE(std::string("state ") + std::string(dtype_name(state)));
     EngineOptions o = opts();
     o.state_dtype = state;
-    Engine cpu(fixtures() / GetParam(), o);
+    Engine cpu(dir(), o);
     o.kernels = &ref_kernels();
-    Engine ref(fixtures() / GetParam(), o);
+    Engine ref(dir(), o);
     ASSERT_STREQ(cpu.kernels().name, "cpu");
     ASSERT_STREQ(ref.kernels().name, "ref");
     const std::vector<float> a = varlen_then_decode(cpu, 300), b = varlen_then_decode(ref, 300);
     ASSERT_EQ(a.size(), b.size());
     const double err = rel_err(a.data(), b.data(), a.size());
-    EXPECT_LT(err, state == DType::F32 ? tol::kModelCpuVsRef : tol::kModelCpuVsRefBf16State);
+    // 16-bit storage of the state or the KV rounds both sides' slightly different values.
+    const bool exact_storage = state == DType::F32 && kv_dtype() == DType::F32;
+    EXPECT_LT(err, exact_storage ? tol::kModelCpuVsRef : tol::kModelCpuVsRef16BitCache);
     EXPECT_GT(err, 0.0) << "bitwise equal: did both engines run the same kernels?";
   }
 }
 
 TEST_P(ModelInvariants, RandomChunkingsEqualFullForward) {
-  Engine e(fixtures() / GetParam(), opts());
+  Engine e(dir(), opts());
   const int T = 41, V = e.vocab_size();
   const auto ids = random_ids(T, V, 8);
   const int s0 = e.new_sequence();
@@ -165,12 +196,15 @@ TEST_P(ModelInvariants, RandomChunkingsEqualFullForward) {
       t += n;
     }
     e.free_sequence(s);
-    ASSERT_LT(rel_err(got.data(), full.data(), full.size()), tol::kDecodeVsPrefill) << "trial " << trial;
+    ASSERT_LT(rel_err(got.data(), full.data(), full.size()), decode_tol()) << "trial " << trial;
+    if (!e.cache().has_state()) {
+      ASSERT_EQ(got, full) << "attention-only: any chunking must equal one step bitwise";
+    }
   }
 }
 
 TEST_P(ModelInvariants, SequenceAloneEqualsInsideVarlenBatch) {
-  Engine e(fixtures() / GetParam(), opts());
+  Engine e(dir(), opts());
   const int V = e.vocab_size();
   const int lens[3] = {13, 1, 22};
   std::vector<std::vector<int32_t>> ids;
@@ -225,7 +259,7 @@ TEST_P(ModelInvariants, SequenceAloneEqualsInsideVarlenBatch) {
 }
 
 TEST_P(ModelInvariants, ForkedSequencesContinueIndependently) {
-  Engine e(fixtures() / GetParam(), opts());
+  Engine e(dir(), opts());
   const int V = e.vocab_size();
   const auto prefix = random_ids(11, V, 11), a = random_ids(5, V, 12), b = random_ids(5, V, 13);
   auto run_alone = [&](const std::vector<int32_t>& tail) {
@@ -245,7 +279,7 @@ TEST_P(ModelInvariants, ForkedSequencesContinueIndependently) {
 }
 
 TEST_P(ModelInvariants, BadTokenFailsAndLeavesStateUntouched) {
-  Engine e(fixtures() / GetParam(), opts());
+  Engine e(dir(), opts());
   const int V = e.vocab_size();
   const int s = e.new_sequence();
   e.prefill(s, random_ids(5, V, 14), false);
@@ -265,7 +299,7 @@ TEST_P(ModelInvariants, BadTokenFailsAndLeavesStateUntouched) {
 
 TEST_P(ModelInvariants, BadTokenLateInALongPromptFailsBeforeAnyChunkRuns) {
   // prefill() runs 512-token chunks: an id at position 550 must be refused before chunk 1 runs.
-  Engine e(fixtures() / GetParam(), opts());
+  Engine e(dir(), opts());
   const int V = e.vocab_size();
   const int s = e.new_sequence();
   e.prefill(s, random_ids(5, V, 15), false);
@@ -295,7 +329,7 @@ std::vector<float> decode_all(Engine& e, int s, const std::vector<int32_t>& ids)
 }
 
 TEST_P(ModelInvariants, SnapshotDecodeRestoreDecodeAgainGivesTheSameLogits) {
-  Engine e(fixtures() / GetParam(), opts());
+  Engine e(dir(), opts());
   const int V = e.vocab_size();
   const auto prompt = random_ids(19, V, 21), cont = random_ids(6, V, 22);
   const int s = e.new_sequence();
@@ -313,7 +347,7 @@ TEST_P(ModelInvariants, SnapshotDecodeRestoreDecodeAgainGivesTheSameLogits) {
 }
 
 TEST_P(ModelInvariants, CropThenRedecodeRepeatsTheOriginalContinuation) {
-  Engine e(fixtures() / GetParam(), opts());
+  Engine e(dir(), opts());
   const int V = e.vocab_size();
   const auto prompt = random_ids(21, V, 23), cont = random_ids(9, V, 24);
   const int s = e.new_sequence();
@@ -330,7 +364,7 @@ TEST_P(ModelInvariants, CropThenRedecodeRepeatsTheOriginalContinuation) {
 }
 
 TEST_P(ModelInvariants, ReorderGathersWholeSequencesLikeBeamSearch) {
-  Engine e(fixtures() / GetParam(), opts());
+  Engine e(dir(), opts());
   const int V = e.vocab_size();
   std::vector<std::vector<int32_t>> prompts = {random_ids(7, V, 31), random_ids(12, V, 32), random_ids(3, V, 33)};
   std::vector<int> seqs;
@@ -353,7 +387,7 @@ TEST_P(ModelInvariants, ReorderGathersWholeSequencesLikeBeamSearch) {
 }
 
 TEST_P(ModelInvariants, RemoveReturnsEverySlotAndPage) {
-  Engine e(fixtures() / GetParam(), opts());
+  Engine e(dir(), opts());
   const int V = e.vocab_size();
   const int free0 = e.cache().free_pages();
   const int a = e.new_sequence();
@@ -372,7 +406,7 @@ TEST_P(ModelInvariants, FullKvCacheFailsTheStepAndChangesNothing) {
   EngineOptions o = opts(2);
   o.context = 24;
   o.block_size = 4;
-  Engine e(fixtures() / GetParam(), o);
+  Engine e(dir(), o);
   const int V = e.vocab_size();
   const int a = e.new_sequence(), b = e.new_sequence();
   e.prefill(a, random_ids(10, V, 51), false);
@@ -401,7 +435,7 @@ TEST_P(ModelInvariants, FullKvCacheFailsTheStepAndChangesNothing) {
 }
 
 TEST_P(ModelInvariants, SixteenBitStateStorageTracksF32) {
-  Engine f32(fixtures() / GetParam(), opts());
+  Engine f32(dir(), opts());
   if (!f32.cache().has_state()) GTEST_SKIP() << "no recurrent state";
   const int V = f32.vocab_size();
   const auto prompt = random_ids(23, V, 61), cont = random_ids(8, V, 62);
@@ -417,7 +451,7 @@ TEST_P(ModelInvariants, SixteenBitStateStorageTracksF32) {
   for (DType dt : {DType::BF16, DType::F16}) {
     EngineOptions o = opts();
     o.state_dtype = dt;
-    Engine e(fixtures() / GetParam(), o);
+    Engine e(dir(), o);
     EXPECT_LE(e.cache().state_bytes_per_sequence(), f32.cache().state_bytes_per_sequence() / 2 + 64);
     const std::vector<float> got = run(e);
     const size_t prompt_logits = prompt.size() * static_cast<size_t>(V);
@@ -438,7 +472,7 @@ TEST_P(ModelInvariants, SixteenBitStateStorageTracksF32) {
 TEST_P(ModelInvariants, Bf16StateDecodedInPlaceEqualsStaged) {
   EngineOptions o = opts(5);
   o.state_dtype = DType::BF16;
-  Engine e(fixtures() / GetParam(), o);
+  Engine e(dir(), o);
   if (!e.cache().has_state()) GTEST_SKIP() << "no recurrent state";
   const int V = e.vocab_size();
   const auto pa = random_ids(11, V, 63), pb = random_ids(9, V, 64);
@@ -469,11 +503,11 @@ TEST_P(ModelInvariants, Bf16StateDecodedInPlaceEqualsStaged) {
 // --dtype q8_0: every weight matrix quantized at load. Logits track the f32 model within the
 // quantization error, and prefill + decode still agree with one full forward.
 TEST_P(ModelInvariants, Q8WeightsTrackF32) {
-  Engine f32(fixtures() / GetParam(), opts());
+  Engine f32(dir(), opts());
   EngineOptions o = opts();
   o.load.dtype = WeightDType::Q8_0;
-  Engine q8(fixtures() / GetParam(), o);
-  std::printf("%s: weight bytes q8_0 %zu, f32 %zu\n", GetParam(), q8.model().weight_bytes(), f32.model().weight_bytes());
+  Engine q8(dir(), o);
+  std::printf("%s: weight bytes q8_0 %zu, f32 %zu\n", model(), q8.model().weight_bytes(), f32.model().weight_bytes());
   // Matrices whose rows are whole 64-code steps are stored as int8. The zamba2 fixture (hidden size
   // 32: most matrices have 32 columns and stay f32; its 8-row adapters pad to a 16-row panel)
   // saves the least, ~25%; every other fixture more.
@@ -488,16 +522,70 @@ TEST_P(ModelInvariants, Q8WeightsTrackF32) {
   };
   const std::vector<float> want = full(f32), got = full(q8);
   const double err = rel_err(got.data(), want.data(), want.size());
-  std::printf("%s: q8_0 vs f32 logits %.2e\n", GetParam(), err);
+  std::printf("%s: q8_0 vs f32 logits %.2e\n", model(), err);
   EXPECT_LT(err, tol::kQ8Model);
   EXPECT_NE(got, want) << "q8_0 should round something";
   const std::vector<float> split = prefill_then_decode(q8, ids, 11);
   const double split_err = rel_err(split.data(), got.data(), got.size());
-  std::printf("%s: q8_0 prefill+decode vs full %.2e\n", GetParam(), split_err);
+  std::printf("%s: q8_0 prefill+decode vs full %.2e\n", model(), split_err);
   EXPECT_LT(split_err, tol::kQ8DecodeVsPrefill);
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, ModelInvariants, ::testing::ValuesIn(kModels));
+std::string invariant_name(const ::testing::TestParamInfo<std::tuple<const char*, DType>>& i) {
+  return std::string(std::get<0>(i.param)) + "_kv_" + std::string(dtype_name(std::get<1>(i.param)));
+}
+INSTANTIATE_TEST_SUITE_P(Fixtures, ModelInvariants,
+                         ::testing::Combine(::testing::ValuesIn(kModels), ::testing::Values(DType::F32)), invariant_name);
+INSTANTIATE_TEST_SUITE_P(Bf16Kv, ModelInvariants,
+                         ::testing::Combine(::testing::ValuesIn(kAttentionModels), ::testing::Values(DType::BF16)),
+                         invariant_name);
+
+// 16-bit KV storage against f32 KV on every attention fixture: a prompt in one prefill step, then
+// decode steps, all logits compared (relative to their scale, as everywhere in this file).
+class KvStorage : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(KvStorage, SixteenBitKvTracksF32) {
+  Engine f32(fixtures() / GetParam(), opts());
+  ASSERT_TRUE(f32.cache().has_kv()) << "kAttentionModels lists a fixture without attention layers";
+  ASSERT_EQ(f32.cache().kv_dtype(), DType::F32);
+  const int V = f32.vocab_size();
+  const auto prompt = random_ids(23, V, 81), cont = random_ids(8, V, 82);
+  auto run = [&](Engine& e) {
+    const int s = e.new_sequence();
+    std::vector<float> l = e.prefill(s, prompt, true);
+    const auto d = decode_all(e, s, cont);
+    l.insert(l.end(), d.begin(), d.end());
+    e.free_sequence(s);
+    return l;
+  };
+  const std::vector<float> want = run(f32);
+  for (DType dt : {DType::BF16, DType::F16}) {
+    EngineOptions o = opts();
+    o.kv_dtype = dt;
+    Engine e(fixtures() / GetParam(), o);
+    EXPECT_EQ(e.cache().kv_dtype(), dt);
+    EXPECT_EQ(2 * e.cache().kv_bytes_per_token(), f32.cache().kv_bytes_per_token());
+    const std::vector<float> got = run(e);
+    const double err = rel_err(got.data(), want.data(), want.size());
+    double abs_err = 0;
+    for (size_t i = 0; i < want.size(); ++i) abs_err = std::max(abs_err, std::fabs(double(got[i]) - want[i]));
+    std::printf("%s: %s KV vs f32 KV logits: %.2e of their scale (max abs %.2e)\n", GetParam(),
+                dtype_name(dt).data(), err, abs_err);
+    EXPECT_LT(err, dt == DType::BF16 ? tol::kKvBf16Model : tol::kKvF16Model) << dtype_name(dt);
+    EXPECT_NE(got, want) << "16-bit KV should round something";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, KvStorage, ::testing::ValuesIn(kAttentionModels));
+
+// The engine stores KV in bf16 unless told otherwise (as llama.cpp and vLLM default to 16-bit KV).
+TEST(KvStorageDefault, EngineDefaultsToBf16Kv) {
+  EXPECT_EQ(EngineOptions{}.kv_dtype, DType::BF16);
+  EngineOptions o;
+  o.threads = 1;
+  Engine e(fixtures() / "jamba", o);
+  EXPECT_EQ(e.cache().kv_dtype(), DType::BF16);
+}
 
 }  // namespace
 }  // namespace hybridlm

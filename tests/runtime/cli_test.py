@@ -168,6 +168,45 @@ rc, out, err = run("generate", "-m", os.path.join(scratch, "jamba-tiny"), "-p", 
 check("generate --mlock --state-dtype bf16 runs and reports peak RSS", rc == 0 and "peak RSS: " in err, out + err)
 expect_error("generate: bad --state-dtype", ["generate", "-m", os.path.join(scratch, "jamba-tiny"), "-p", "x",
                                              "--state-dtype", "f8"], 1, "--state-dtype f8: use f32, bf16 or f16")
+# --kv-dtype: bf16 by default on attention models; inspect, the run's stderr, bench and plan report
+# the dtype actually used, and plan's default equals the runtime's.
+jamba_dir = os.path.join(scratch, "jamba-tiny")
+rc, out, err = run("inspect", "-m", jamba_dir)
+rc2, out2, err2 = run("inspect", "-m", jamba_dir, "--kv-dtype", "f32")
+kv_line = [l for l in out.splitlines() if l.startswith("kv / token:")]
+kv_line2 = [l for l in out2.splitlines() if l.startswith("kv / token:")]
+kv_bytes = int(kv_line[0].split()[3]) if kv_line else -1
+kv_bytes2 = int(kv_line2[0].split()[3]) if kv_line2 else -1
+check("inspect: KV bf16 by default, f32 with --kv-dtype f32 (twice the bytes)",
+      rc == 0 and rc2 == 0 and "bf16 (--kv-dtype)" in kv_line[0] and "f32 (--kv-dtype)" in kv_line2[0] and
+      kv_bytes > 0 and kv_bytes2 == 2 * kv_bytes, out + err + out2 + err2)
+rc, out, err = run("plan", "-m", jamba_dir, "--json")
+jd = json.loads(out) if rc == 0 else {}
+check("plan: default --kv-dtype is the runtime's (bf16), with inspect's bytes per token",
+      jd.get("kv_dtype") == "bf16" and jd.get("kv_bytes_per_token") == kv_bytes, out + err)
+rc, out, err = run("generate", "-m", jamba_dir, "-p", "Once", "-n", "2", "--kv-dtype", "f16")
+check("generate --kv-dtype f16 reports the cache it used", rc == 0 and "; KV f16, " in err, err)
+ids40 = ",".join(str(i) for i in range(1, 41))
+npy_f32, npy_bf16 = os.path.join(scratch, "kv_f32.npy"), os.path.join(scratch, "kv_bf16.npy")
+rc, _, err = run("score", "-m", jamba_dir, "--ids", ids40, "--logits-out", npy_f32, "--kv-dtype", "f32")
+rc2, _, err2 = run("score", "-m", jamba_dir, "--ids", ids40, "--logits-out", npy_bf16)
+if rc == 0 and rc2 == 0:
+    lf, lb = np.load(npy_f32).astype(np.float64), np.load(npy_bf16).astype(np.float64)
+    rel = np.max(np.abs(lb - lf)) / max(1.0, np.max(np.abs(lf)))
+else:
+    rel = -1
+# tests/numerics.h kKvBf16Model: 3e-2 of the logit scale.
+check("score: bf16 KV (default) within 3e-2 of f32 KV, and not identical", 0 < rel < 3e-2 and "KV bf16" in err2,
+      f"rel={rel} {err} {err2}")
+rc, out, err = run("bench", "-m", jamba_dir, "-p", "8", "-n", "2", "-r", "1", "-t", "1", "--json", "--kv-dtype", "f16")
+try:
+    brows = json.loads(out) if rc == 0 else []
+except ValueError:
+    brows = []
+check("bench --json reports the KV dtype and bytes", brows and all(r.get("kv_dtype") == "f16" and
+      r.get("kv_bytes_per_token") == kv_bytes for r in brows), out + err)
+expect_error("generate: bad --kv-dtype", ["generate", "-m", jamba_dir, "-p", "x", "--kv-dtype", "q8_0"], 1,
+             "--kv-dtype q8_0: use f32, bf16 or f16")
 expect_error("generate: prompt + -n beyond --ctx-size on an attention model",
              ["generate", "-m", os.path.join(scratch, "jamba-tiny"), "-p", "Once upon a time", "-n", "100",
               "--ctx-size", "50"], 1, "exceeds --ctx-size 50")
@@ -191,8 +230,9 @@ check("plan: Jamba-style KV per token (4 layers x K,V x 8 heads x 128 x bf16) an
       jp.get("kv_bytes_per_token") == 4 * 2 * 8 * 128 * 2 and
       jp.get("bytes_per_sequence") == 28 * 8192 * 16 * 4 + 28 * 3 * 8192 * 4 + 4 * 2 * 8 * 128 * 2 * 32768, jp)
 rc, out, err = run("plan", "--config", jamba_cfg)
-check("plan: human-readable output shows the mamba state and the attention KV",
-      rc == 0 and "mamba1    x28" in out and "attention x4" in out and "kv 32768 bytes per token" in out and
+check("plan: human-readable output shows the mamba state and the attention KV (bf16 by default)",
+      rc == 0 and "mamba1    x28" in out and "attention x4" in out and "kv 16384 bytes per token" in out and
+      "at --kv-dtype bf16" in out and
       "(mamba1+mlp, mamba1+moe, mamba1+mlp, mamba1+moe, attention+mlp, mamba1+moe, mamba1+mlp, mamba1+moe) x4" in out, out + err)
 
 # perplexity and inspect.

@@ -209,6 +209,9 @@ int run_bench(const BenchOptions& o) {
   const std::string dtype = o.engine.load.dtype == WeightDType::BF16   ? "bf16"
                             : o.engine.load.dtype == WeightDType::Q8_0 ? "q8_0"
                                                                         : "f32";
+  // The cache storage this run used; KV "none" without attention layers.
+  const char* state_dtype = cache_dtype_name(engine.cache().state_dtype());
+  const char* kv_dtype = engine.cache().has_kv() ? cache_dtype_name(engine.cache().kv_dtype()) : "none";
   if (o.json) {
     std::printf("[\n");
     for (size_t i = 0; i < rows.size(); ++i) {
@@ -217,11 +220,13 @@ int run_bench(const BenchOptions& o) {
       std::printf(
           "  {\"model\": \"%s\", \"family\": \"%s\", \"dtype\": \"%s\", \"test\": \"%s\", \"threads\": %d, "
           "\"batch\": %d, \"tokens_per_second\": %.3f, \"stddev\": %.3f, \"%s\": %.2f, \"%s\": %.2f, "
-          "\"%s\": %.2f, \"weight_bytes\": %zu, \"state_bytes_per_sequence\": %.0f, \"peak_rss_bytes\": %.0f}%s\n",
+          "\"%s\": %.2f, \"weight_bytes\": %zu, \"state_dtype\": \"%s\", \"state_bytes_per_sequence\": %.0f, "
+          "\"kv_dtype\": \"%s\", \"kv_bytes_per_token\": %zu, \"peak_rss_bytes\": %.0f}%s\n",
           o.model_dir.c_str(), c.family.c_str(), dtype.c_str(), r.test.c_str(), engine.threads(), pp ? 1 : o.batch,
           r.tps.mean, r.tps.sd, pp ? "gflops" : "gbps", r.rate, pp ? "peak_gflops" : "peak_gbps", pp ? peak : bw,
           pp ? "peak_is_int8" : "gbps_with_state", pp ? (q8 ? 1.0 : 0.0) : r.rate_with_state,
-          m.weight_bytes(), state_bytes, peak_rss_bytes(), i + 1 < rows.size() ? "," : "");
+          m.weight_bytes(), state_dtype, state_bytes, kv_dtype, engine.cache().kv_bytes_per_token(), peak_rss_bytes(),
+          i + 1 < rows.size() ? "," : "");
     }
     std::printf("]\n");
     return 0;
@@ -245,7 +250,11 @@ int run_bench(const BenchOptions& o) {
                 r.tps.sd, r.rate, pp ? (q8 ? "GOP/s" : "GFLOP/s") : "GB/s", pct(r.rate, base).c_str(),
                 with_state.c_str());
   }
-  std::printf("state per sequence: %s (read and written once per decode step)\n", format_bytes(state_bytes).c_str());
+  std::printf("state per sequence: %s at %s (read and written once per decode step)\n", format_bytes(state_bytes).c_str(),
+              state_dtype);
+  if (engine.cache().has_kv())
+    std::printf("kv per token: %s at %s\n", format_bytes(static_cast<double>(engine.cache().kv_bytes_per_token())).c_str(),
+                kv_dtype);
   std::printf("peak RSS: %s (weights %s)\n", format_bytes(peak_rss_bytes()).c_str(),
               format_bytes(static_cast<double>(m.weight_bytes())).c_str());
   return 0;

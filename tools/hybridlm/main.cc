@@ -50,6 +50,7 @@ struct ModelFlags {
   int ctx_size = 4096;
   std::string state_dtype = "f32";
   std::string kernels = "cpu";
+  std::string kv_dtype = cache_dtype_name(EngineOptions{}.kv_dtype);  // bf16
   bool no_mmap = false, mlock = false;
 
   void add(CLI::App* app, bool with_threads = true) {
@@ -64,6 +65,9 @@ struct ModelFlags {
     app->add_option("-c,--ctx-size", ctx_size, "tokens per sequence the KV cache holds (attention layers only)")
         ->capture_default_str();
     app->add_option("--state-dtype", state_dtype, "recurrent state storage: f32, bf16 or f16 (half the memory)")
+        ->capture_default_str();
+    app->add_option("--kv-dtype", kv_dtype,
+                    "attention KV cache storage: f32, bf16 or f16 (bf16/f16: half the memory; f32: exact)")
         ->capture_default_str();
     app->add_option("--kernels", kernels, "cpu (optimised) or ref (the scalar reference kernels, slow: for checking)")
         ->capture_default_str();
@@ -80,10 +84,8 @@ struct ModelFlags {
     o.max_sequences = 1;
     check(ctx_size > 0 && ctx_size <= (1 << 24), "--ctx-size ", ctx_size, ": must be in [1, 2^24]");
     o.context = ctx_size;
-    if (state_dtype == "f32") o.state_dtype = DType::F32;
-    else if (state_dtype == "bf16") o.state_dtype = DType::BF16;
-    else if (state_dtype == "f16") o.state_dtype = DType::F16;
-    else throw Error("--state-dtype " + state_dtype + ": use f32, bf16 or f16");
+    o.state_dtype = parse_cache_dtype("--state-dtype", state_dtype);
+    o.kv_dtype = parse_cache_dtype("--kv-dtype", kv_dtype);
     try {
       o.kernels = &kernels_by_name(kernels);
     } catch (const Error& e) {
@@ -98,6 +100,20 @@ void report_mlock(const Engine& e) {
   if (!e.mlock_error().empty())
     std::fprintf(stderr, "warning: --mlock failed (%s): weights may be paged out (raise RLIMIT_MEMLOCK, ulimit -l)\n",
                  e.mlock_error().c_str());
+}
+
+// The cache storage a run actually used (after defaults), one line on stderr: "cache: state bf16,
+// 1.2 MiB per sequence; KV bf16, 4 KiB per token".
+void report_cache(Engine& e) {
+  const HybridCache& c = e.cache();
+  std::string line;
+  if (c.has_state())
+    line = std::string("state ") + cache_dtype_name(c.state_dtype()) + ", " +
+           format_bytes(static_cast<double>(c.state_bytes_per_sequence())) + " per sequence";
+  if (c.has_kv())
+    line += std::string(line.empty() ? "" : "; ") + "KV " + cache_dtype_name(c.kv_dtype()) + ", " +
+            format_bytes(static_cast<double>(c.kv_bytes_per_token())) + " per token";
+  std::fprintf(stderr, "cache: %s\n", line.empty() ? "none" : line.c_str());
 }
 
 Tokenizer load_tokenizer(const std::string& dir) {
@@ -149,6 +165,7 @@ int cmd_generate(const ModelFlags& mf, const std::string& prompt, const Generate
     std::cout << prompt << tok.decode(best) << std::endl;
     std::fprintf(stderr, "beam search: %d beams, %zu tokens in %.3f s, best logprob %.4f (score %.4f)\n", num_beams,
                  hyps.front().tokens.size(), secs, hyps.front().logprob, hyps.front().score);
+    report_cache(engine);
     return 0;
   }
   std::cout << prompt << std::flush;
@@ -159,6 +176,7 @@ int cmd_generate(const ModelFlags& mf, const std::string& prompt, const Generate
                r.prompt_tokens / std::max(r.prompt_seconds, 1e-9));
   std::fprintf(stderr, "generation: %zu tokens in %.3f s (%.1f tokens/s), stop: %s\n", r.tokens.size(),
                r.generate_seconds, gen_tps, r.stop_reason.c_str());
+  report_cache(engine);
   std::fprintf(stderr, "peak RSS: %s\n", format_bytes(peak_rss_bytes()).c_str());
   return 0;
 }
@@ -178,6 +196,7 @@ int cmd_score(const ModelFlags& mf, const std::string& prompt, const std::string
   std::vector<float> logits = engine.prefill(slot, ids, true);
   write_npy_f32(out, logits.data(), {static_cast<int64_t>(ids.size()), engine.vocab_size()});
   std::fprintf(stderr, "wrote logits (%zu, %d) to %s\n", ids.size(), engine.vocab_size(), out.c_str());
+  report_cache(engine);
   return 0;
 }
 
@@ -224,6 +243,7 @@ int cmd_perplexity(const ModelFlags& mf, const std::string& file, int ctx) {
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::fprintf(stderr, "\n%zu tokens scored in %.2f s (%.1f tokens/s)\n", count, secs, count / secs);
+  report_cache(engine);
   std::printf("perplexity: %.4f over %zu tokens (ctx %d)\n", std::exp(nll / count), count, ctx);
   return 0;
 }
@@ -252,12 +272,12 @@ int cmd_inspect(const ModelFlags& mf) {
   report_mlock(engine);
   const Model& m = engine.model();
   const HybridConfig& c = m.config();
-  size_t conv = 0, ssm = 0, kv = 0;
+  size_t conv = 0, ssm = 0;
   for (const LayerCacheSpec& s : m.cache_specs()) {
     conv += s.state.conv_elems() * sizeof(float);
     ssm += s.state.ssm_elems * sizeof(float);
-    if (s.has_kv()) kv += s.kv.bytes_per_token();
   }
+  const size_t kv = engine.cache().kv_bytes_per_token();  // at the KV dtype the cache holds
   std::printf("model:          %s\n", mf.dir.c_str());
   std::printf("family:         %s (%s)\n", c.family.c_str(), c.architecture.empty() ? "-" : c.architecture.c_str());
   std::printf("layers:         %d\n", c.n_layers());
@@ -272,7 +292,8 @@ int cmd_inspect(const ModelFlags& mf) {
               conv + ssm, format_bytes(conv + ssm).c_str(), format_bytes(conv).c_str(), format_bytes(ssm).c_str(),
               format_bytes(static_cast<double>(engine.cache().state_bytes_per_sequence())).c_str(), mf.state_dtype.c_str());
   if (kv > 0)
-    std::printf("kv / token:     %zu bytes (%s), f32\n", kv, format_bytes(static_cast<double>(kv)).c_str());
+    std::printf("kv / token:     %zu bytes (%s), %s (--kv-dtype)\n", kv, format_bytes(static_cast<double>(kv)).c_str(),
+                cache_dtype_name(engine.cache().kv_dtype()));
   else
     std::printf("kv / token:     0 bytes (no attention layers)\n");
   std::printf("kernels:        %s (cpu path %s)\n", engine.kernels().name, cpu::active_path());
@@ -344,6 +365,7 @@ int main(int argc, char** argv) {
   bench->add_flag("--mmap", bench_mmap, "map the weight files instead of reading them into memory");
 
   PlanOptions popt;
+  popt.kv_dtype = cache_dtype_name(EngineOptions{}.kv_dtype);  // plans default to what a run would use
   CLI::App* plan = app.add_subcommand("plan", "memory plan from a config: weights, state per sequence, KV per token, max sequences");
   plan->add_option("-m,--model", popt.model_dir, "model directory (reads config.json)");
   plan->add_option("--config", popt.config_file, "a config.json file");

@@ -11,7 +11,7 @@ struct PlanOptions {
   std::string config_file;  // or --config FILE
   std::string dtype = "bf16";        // weights: f32, bf16, f16
   std::string state_dtype = "f32";   // SSM/conv state: f32, bf16, f16
-  std::string kv_dtype = "f32";      // attention KV cache: f32, bf16, f16
+  std::string kv_dtype = "bf16";     // attention KV cache: f32, bf16, f16 (the runtime's default)
   std::string memory = "16GiB";
   long long context = 4096;
   bool json = false;

@@ -1,9 +1,12 @@
 // CPU kernels for attention layers and feed-forwards: RoPE, causal attention over the paged KV
-// cache (online softmax over tiles of keys, so memory stays O(head_dim) per query), and the
-// feed-forward activations. Work items are (query, head) pairs or rows, each computed whole by one
-// thread, so results do not depend on the thread count or on the other sequences of a batch.
+// cache (f32, bf16 or f16; online softmax over tiles of keys, so memory stays O(head_dim) per
+// query), and the feed-forward activations. Work items are (query, head) pairs or rows, each
+// computed whole by one thread, so results do not depend on the thread count or on the other
+// sequences of a batch.
 #include <algorithm>
 #include <cmath>
+#include <string>
+#include <type_traits>
 #include <vector>
 
 #include "base/error.h"
@@ -19,8 +22,43 @@ constexpr int kMaxHeadDim = 1024;
 // Keys per online-softmax tile: scores of a tile are computed first, then one rescale per tile.
 constexpr int kKeyTile = 64;
 
-HYBRIDLM_INLINE void attention_items(const float* q, int ld_q, const PagedKv& kv, int pos0, int n_heads,
+// How the kernel reads a stored K or V element: f32 as is, bf16 and f16 bit patterns widened to
+// f32 in registers as the row is read (no copy of the cache; the arithmetic is the f32 kernel's).
+struct KvF32 {
+  using Elem = float;
+  static HYBRIDLM_INLINE float widen(float x) { return x; }
+};
+struct KvBf16 {
+  using Elem = uint16_t;
+  static HYBRIDLM_INLINE float widen(uint16_t x) { return bf16_to_f32(x); }
+};
+struct KvF16 {
+  using Elem = uint16_t;
+  static HYBRIDLM_INLINE float widen(uint16_t x) { return vf16_to_f32(x); }
+};
+
+// q . k for one key row: vdot for f32; for 16-bit rows the same 16 lane sums and reduction tree
+// with each key element widened as it is loaded.
+template <class Kv>
+HYBRIDLM_INLINE float dot_key(const float* q, const typename Kv::Elem* k, int n) {
+  if constexpr (std::is_same_v<Kv, KvF32>) {
+    return vdot(q, k, n);
+  } else {
+    float acc[16] = {};
+    int i = 0;
+    for (; i + 16 <= n; i += 16)
+      for (int l = 0; l < 16; ++l) acc[l] += q[i + l] * Kv::widen(k[i + l]);
+    for (int l = 0; i < n; ++i, ++l) acc[l] += q[i] * Kv::widen(k[i]);
+    for (int w = 8; w >= 1; w /= 2)
+      for (int l = 0; l < w; ++l) acc[l] += acc[l + w];
+    return acc[0];
+  }
+}
+
+template <class Kv>
+HYBRIDLM_INLINE void attention_items(Kv, const float* q, int ld_q, const PagedKv& kv, int pos0, int n_heads,
                                      float scale, float* out, size_t ib, size_t ie) {
+  using Elem = typename Kv::Elem;
   const int hd = kv.head_dim, rep = n_heads / kv.n_kv_heads;
   float acc[kMaxHeadDim];
   float sc[kKeyTile];
@@ -35,7 +73,7 @@ HYBRIDLM_INLINE void attention_items(const float* q, int ld_q, const PagedKv& kv
       const int nb = std::min(kKeyTile, n_keys - j0);
       float tile_max = -INFINITY;
       for (int j = 0; j < nb; ++j) {
-        sc[j] = vdot(qh, kv.k_row(j0 + j) + kv_off, hd) * scale;
+        sc[j] = dot_key<Kv>(qh, kv.k_row<Elem>(j0 + j) + kv_off, hd) * scale;
         tile_max = std::max(tile_max, sc[j]);
       }
       if (tile_max > m) {  // rescale what was accumulated against the old maximum
@@ -47,8 +85,8 @@ HYBRIDLM_INLINE void attention_items(const float* q, int ld_q, const PagedKv& kv
       for (int j = 0; j < nb; ++j) {
         const float p = vexp(sc[j] - m);
         l += p;
-        const float* v = kv.v_row(j0 + j) + kv_off;
-        for (int i = 0; i < hd; ++i) acc[i] += p * v[i];
+        const Elem* v = kv.v_row<Elem>(j0 + j) + kv_off;
+        for (int i = 0; i < hd; ++i) acc[i] += p * Kv::widen(v[i]);
       }
     }
     float* o = out + static_cast<size_t>(t) * n_heads * hd + static_cast<size_t>(h) * hd;
@@ -116,8 +154,14 @@ void rope(const KernelContext& ctx, float* x, int ld_x, int T, int pos0, int n_h
 void attention(const KernelContext& ctx, const float* q, int ld_q, const PagedKv& kv, int pos0, int T, int n_heads,
                float scale, float* out) {
   check(kv.head_dim <= kMaxHeadDim, "attention head_dim above ", kMaxHeadDim);
+  check(kv.dtype == DType::F32 || kv.dtype == DType::BF16 || kv.dtype == DType::F16,
+        "attention: KV cache of dtype ", dtype_name(kv.dtype), " (F32, BF16 or F16 expected)");
   parallel(ctx, static_cast<size_t>(T) * n_heads, 2, [&](size_t b, size_t e) {
-    attention_dispatch(q, ld_q, kv, pos0, n_heads, scale, out, b, e);
+    switch (kv.dtype) {
+      case DType::BF16: attention_dispatch(KvBf16{}, q, ld_q, kv, pos0, n_heads, scale, out, b, e); break;
+      case DType::F16: attention_dispatch(KvF16{}, q, ld_q, kv, pos0, n_heads, scale, out, b, e); break;
+      default: attention_dispatch(KvF32{}, q, ld_q, kv, pos0, n_heads, scale, out, b, e); break;
+    }
   });
 }
 

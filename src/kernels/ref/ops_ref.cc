@@ -263,29 +263,31 @@ void rope(const KernelContext&, float* x, int ld_x, int T, int pos0, int n_heads
 void attention(const KernelContext&, const float* q, int ld_q, const PagedKv& kv, int pos0, int T, int n_heads,
                float scale, float* out) {
   const int hd = kv.head_dim, rep = n_heads / kv.n_kv_heads;
-  std::vector<double> score;
+  std::vector<double> score, acc(static_cast<size_t>(hd));
+  std::vector<float> row(kv.row_elems());  // one token's K or V widened to f32 (exact)
   for (int t = 0; t < T; ++t) {
     const int n_keys = pos0 + t + 1;
     score.resize(n_keys);
     for (int h = 0; h < n_heads; ++h) {
       const float* qh = q + static_cast<size_t>(t) * ld_q + static_cast<size_t>(h) * hd;
-      const int kvh = h / rep;
+      const size_t kv_off = static_cast<size_t>(h / rep) * hd;
       double mx = -INFINITY;
       for (int j = 0; j < n_keys; ++j) {
-        const float* k = kv.k_row(j) + static_cast<size_t>(kvh) * hd;
+        kv.load_k(j, row.data());
         double d = 0;
-        for (int i = 0; i < hd; ++i) d += static_cast<double>(qh[i]) * k[i];
+        for (int i = 0; i < hd; ++i) d += static_cast<double>(qh[i]) * row[kv_off + i];
         score[j] = d * scale;
         mx = std::max(mx, score[j]);
       }
       double sum = 0;
       for (int j = 0; j < n_keys; ++j) sum += (score[j] = std::exp(score[j] - mx));
-      float* o = out + static_cast<size_t>(t) * n_heads * hd + static_cast<size_t>(h) * hd;
-      for (int i = 0; i < hd; ++i) {
-        double acc = 0;
-        for (int j = 0; j < n_keys; ++j) acc += score[j] * kv.v_row(j)[static_cast<size_t>(kvh) * hd + i];
-        o[i] = static_cast<float>(acc / sum);
+      std::fill(acc.begin(), acc.end(), 0.0);
+      for (int j = 0; j < n_keys; ++j) {
+        kv.load_v(j, row.data());
+        for (int i = 0; i < hd; ++i) acc[i] += score[j] * row[kv_off + i];
       }
+      float* o = out + static_cast<size_t>(t) * n_heads * hd + static_cast<size_t>(h) * hd;
+      for (int i = 0; i < hd; ++i) o[i] = static_cast<float>(acc[i] / sum);
     }
   }
 }

@@ -125,11 +125,9 @@ void attention_forward(const KernelContext& ctx, const AttentionSpec& s, const A
       ctx.ops->rope(ctx, q, q_dim, r.len, r.pos0, s.n_heads, hd, s.rope_dim, s.rope_theta);
       ctx.ops->rope(ctx, k, kv_dim, r.len, r.pos0, s.n_kv_heads, hd, s.rope_dim, s.rope_theta);
     }
-    // The cache rows of this run: (len, nKV, hd) each, written before the queries read them.
-    for (int t = 0; t < r.len; ++t) {
-      std::memcpy(r.kv.k_row(r.pos0 + t), k + static_cast<size_t>(t) * kv_dim, sizeof(float) * kv_dim);
-      std::memcpy(r.kv.v_row(r.pos0 + t), sc.v + (o + t) * kv_dim, sizeof(float) * kv_dim);
-    }
+    // The cache rows of this run: (len, nKV, hd) each, written (rounded to the cache's KV dtype)
+    // before the queries read them.
+    for (int t = 0; t < r.len; ++t) r.kv.store(r.pos0 + t, k + static_cast<size_t>(t) * kv_dim, sc.v + (o + t) * kv_dim);
     ctx.ops->attention(ctx, q, q_dim, r.kv, r.pos0, r.len, s.n_heads, s.softmax_scale(), sc.y + o * q_dim);
   }
   // out: (T, H) = y @ o_proj^T
