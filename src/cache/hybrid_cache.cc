@@ -437,13 +437,20 @@ PagedKv HybridCache::kv(int seq, int layer) {
 
 int HybridCache::total_pages() const { return pages_->total(); }
 int HybridCache::free_pages() const { return pages_->free_count(); }
-int HybridCache::page_refcount(int page) const { return pages_->refcount(page); }
 
 size_t HybridCache::kv_bytes_per_token() const {
-  size_t n = 0;
-  for (const LayerCacheSpec& l : layers_)
-    if (l.has_kv()) n += l.kv.bytes_per_token(kv_dtype_);
-  return n;
+  return cache_footprint(layers_, states_.dtype(), kv_dtype_).kv_per_token;
+}
+
+CacheFootprint cache_footprint(std::span<const LayerCacheSpec> layers, DType state_dtype, DType kv_dtype) {
+  CacheFootprint f;
+  const size_t sb = dtype_size(state_dtype);
+  for (const LayerCacheSpec& l : layers) {
+    f.conv_per_sequence += l.state.conv_elems() * sb;
+    f.ssm_per_sequence += l.state.ssm_elems * sb;
+    if (l.has_kv()) f.kv_per_token += l.kv.bytes_per_token(kv_dtype);
+  }
+  return f;
 }
 
 }  // namespace hybridlm

@@ -39,6 +39,16 @@ struct LayerCacheSpec {
   bool has_kv() const { return kind == LayerCacheKind::Attention || kind == LayerCacheKind::MambaAndAttention; }
 };
 
+// What layers keep, in bytes, at the given storage dtypes: the one derivation of the cache's
+// sizes, which the cache's accounting, the engine's memory check, `plan` and `inspect` all read.
+struct CacheFootprint {
+  size_t conv_per_sequence = 0;  // conv states, all layers
+  size_t ssm_per_sequence = 0;   // SSM states, all layers
+  size_t kv_per_token = 0;       // K and V of one token, all attention layers
+  size_t state_per_sequence() const { return conv_per_sequence + ssm_per_sequence; }
+};
+CacheFootprint cache_footprint(std::span<const LayerCacheSpec> layers, DType state_dtype, DType kv_dtype);
+
 struct CacheOptions {
   int max_sequences = 8;
   int block_size = 16;  // tokens per KV page
@@ -140,7 +150,6 @@ class HybridCache {
   int block_size() const { return block_size_; }
   int total_pages() const;
   int free_pages() const;
-  int page_refcount(int page) const;
   size_t state_bytes_per_sequence() const { return states_.bytes_per_slot(); }
   size_t kv_bytes_per_token() const;  // all attention layers, at kv_dtype()
   DType kv_dtype() const { return kv_dtype_; }

@@ -38,11 +38,4 @@ size_t weight_bytes(const HybridConfig& c, WeightDType dtype) {
   return n;
 }
 
-size_t kv_bytes_per_token(const HybridConfig& c, size_t kv_dtype_bytes) {
-  size_t n = 0;
-  for (const LayerCacheSpec& l : cache_specs(c))
-    if (l.has_kv()) n += 2 * static_cast<size_t>(l.kv.n_kv_heads) * l.kv.head_dim * kv_dtype_bytes;
-  return n;
-}
-
 }  // namespace hybridlm

@@ -12,7 +12,8 @@
 
 namespace hybridlm {
 
-// One LayerCacheSpec per layer: its kind, recurrent state (conv + SSM element counts) and KV shape.
+// One LayerCacheSpec per layer (its mixer's cache_spec(), plus Zamba2's shared-block KV): bytes
+// at storage dtypes from cache_footprint (cache/hybrid_cache.h).
 std::vector<LayerCacheSpec> cache_specs(const HybridConfig& c);
 
 // Parameters implied by the config: the tensors the loaders declare (Model::tensors).
@@ -23,7 +24,5 @@ size_t matrix_param_count(const HybridConfig& c);
 // with --no-mmap; mapped matrices take rows x cols x dtype bytes instead of their panel padding).
 size_t weight_bytes(const HybridConfig& c, WeightDType dtype);
 
-// KV-cache bytes per token per sequence, summed over attention layers, at kv_dtype_bytes per value.
-size_t kv_bytes_per_token(const HybridConfig& c, size_t kv_dtype_bytes);
 
 }  // namespace hybridlm

@@ -45,11 +45,9 @@ Engine::Engine(const std::filesystem::path& dir, const EngineOptions& opt)
   // The cache is sized by the config, not by the file: refuse one the machine cannot hold before
   // allocating it.
   const std::vector<LayerCacheSpec> specs = model_.cache_specs();
-  double slot_bytes = 0, kv_token_bytes = 0;
-  for (const LayerCacheSpec& l : specs) {
-    slot_bytes += static_cast<double>(l.state.bytes(dtype_size(opt.state_dtype)));
-    if (l.has_kv()) kv_token_bytes += static_cast<double>(l.kv.bytes_per_token(opt.kv_dtype));
-  }
+  const CacheFootprint fp = cache_footprint(specs, opt.state_dtype, opt.kv_dtype);
+  const double slot_bytes = static_cast<double>(fp.state_per_sequence());
+  const double kv_token_bytes = static_cast<double>(fp.kv_per_token);
   const double pages = opt.kv_pages > 0 ? opt.kv_pages
                                         : std::ceil(static_cast<double>(opt.context) / opt.block_size) * opt.max_sequences;
   const double state_need = slot_bytes * opt.max_sequences;

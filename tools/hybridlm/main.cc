@@ -272,12 +272,10 @@ int cmd_inspect(const ModelFlags& mf) {
   report_mlock(engine);
   const Model& m = engine.model();
   const HybridConfig& c = m.config();
-  size_t conv = 0, ssm = 0;
-  for (const LayerCacheSpec& s : m.cache_specs()) {
-    conv += s.state.conv_elems() * sizeof(float);
-    ssm += s.state.ssm_elems * sizeof(float);
-  }
-  const size_t kv = engine.cache().kv_bytes_per_token();  // at the KV dtype the cache holds
+  // At the dtypes the cache holds.
+  const HybridCache& cache = engine.cache();
+  const CacheFootprint fp = cache_footprint(cache.layers(), cache.state_dtype(), cache.kv_dtype());
+  const size_t kv = fp.kv_per_token;
   std::printf("model:          %s\n", mf.dir.c_str());
   std::printf("family:         %s (%s)\n", c.family.c_str(), c.architecture.empty() ? "-" : c.architecture.c_str());
   std::printf("layers:         %d\n", c.n_layers());
@@ -288,12 +286,13 @@ int cmd_inspect(const ModelFlags& mf) {
   std::printf("parameters:     %zu (%.1f M)\n", m.param_count(), m.param_count() / 1e6);
   std::printf("weight bytes:   %zu (%s, %s in memory; %s used in place from the mapped files)\n", m.weight_bytes(),
               format_bytes(m.weight_bytes()).c_str(), mf.dtype.c_str(), format_bytes(m.mapped_bytes()).c_str());
-  std::printf("state / seq:    %zu bytes (%s): conv %s + ssm %s, f32 (in the pool: %s at --state-dtype %s)\n",
-              conv + ssm, format_bytes(conv + ssm).c_str(), format_bytes(conv).c_str(), format_bytes(ssm).c_str(),
-              format_bytes(static_cast<double>(engine.cache().state_bytes_per_sequence())).c_str(), mf.state_dtype.c_str());
+  std::printf("state / seq:    %zu bytes (%s): conv %s + ssm %s, %s (--state-dtype)\n", fp.state_per_sequence(),
+              format_bytes(static_cast<double>(fp.state_per_sequence())).c_str(),
+              format_bytes(static_cast<double>(fp.conv_per_sequence)).c_str(),
+              format_bytes(static_cast<double>(fp.ssm_per_sequence)).c_str(), cache_dtype_name(cache.state_dtype()));
   if (kv > 0)
     std::printf("kv / token:     %zu bytes (%s), %s (--kv-dtype)\n", kv, format_bytes(static_cast<double>(kv)).c_str(),
-                cache_dtype_name(engine.cache().kv_dtype()));
+                cache_dtype_name(cache.kv_dtype()));
   else
     std::printf("kv / token:     0 bytes (no attention layers)\n");
   std::printf("kernels:        %s (cpu path %s)\n", engine.kernels().name, cpu::active_path());

@@ -9,17 +9,12 @@
 #include "base/error.h"
 #include "models/config.h"
 #include "models/plan.h"
+#include "runtime/engine.h"
 #include "tools/hybridlm/format.h"
 
 namespace hybridlm {
 
 namespace {
-
-size_t dtype_bytes(const std::string& flag, const std::string& v) {
-  if (v == "f32") return 4;
-  if (v == "bf16" || v == "f16") return 2;
-  throw Error(flag + " " + v + ": use f32, bf16 or f16");
-}
 
 // The weights' storage type for --dtype: f16 weights are sized as bf16 (two bytes each).
 WeightDType weight_dtype(const std::string& v) {
@@ -56,8 +51,8 @@ int run_plan(const PlanOptions& o) {
   check(o.model_dir.empty() != o.config_file.empty(), "give exactly one of -m/--model or --config");
   check(o.context >= 0, "--context must be >= 0");
   const WeightDType wdtype = weight_dtype(o.dtype);
-  const size_t sbytes = dtype_bytes("--state-dtype", o.state_dtype);
-  const size_t kvbytes = dtype_bytes("--kv-dtype", o.kv_dtype);
+  const DType sdtype = parse_cache_dtype("--state-dtype", o.state_dtype);
+  const DType kvdtype = parse_cache_dtype("--kv-dtype", o.kv_dtype);
   const double memory = parse_memory_size(o.memory);
   HybridConfig c;
   if (!o.config_file.empty()) {
@@ -77,21 +72,21 @@ int run_plan(const PlanOptions& o) {
     double conv = 0, ssm = 0, kv = 0;
   };
   std::map<std::string, Kind> by_kind;
-  double conv = 0, ssm = 0;
   for (size_t i = 0; i < specs.size(); ++i) {
     if (specs[i].kind == LayerCacheKind::None) continue;
     Kind& e = by_kind[std::string(mixer_kind_name(c.blocks[i].mixer)) +
                       (c.blocks[i].shared_block >= 0 ? "+shared-attention" : "")];
+    const CacheFootprint f = cache_footprint(std::span(specs).subspan(i, 1), sdtype, kvdtype);
     e.layers += 1;
-    e.conv += static_cast<double>(specs[i].state.conv_elems() * sbytes);
-    e.ssm += static_cast<double>(specs[i].state.ssm_elems * sbytes);
-    if (specs[i].has_kv()) e.kv += 2.0 * specs[i].kv.n_kv_heads * specs[i].kv.head_dim * static_cast<double>(kvbytes);
-    conv += static_cast<double>(specs[i].state.conv_elems() * sbytes);
-    ssm += static_cast<double>(specs[i].state.ssm_elems * sbytes);
+    e.conv += static_cast<double>(f.conv_per_sequence);
+    e.ssm += static_cast<double>(f.ssm_per_sequence);
+    e.kv += static_cast<double>(f.kv_per_token);
   }
+  const CacheFootprint all = cache_footprint(specs, sdtype, kvdtype);
+  const double conv = static_cast<double>(all.conv_per_sequence), ssm = static_cast<double>(all.ssm_per_sequence);
   const double params = static_cast<double>(param_count(c));
   const double weights = static_cast<double>(weight_bytes(c, wdtype));
-  const double kv_per_token = static_cast<double>(kv_bytes_per_token(c, kvbytes));
+  const double kv_per_token = static_cast<double>(all.kv_per_token);
   const double per_seq = conv + ssm + kv_per_token * static_cast<double>(o.context);
   const double left = memory - weights;
   const long long max_seqs = left <= 0 || per_seq <= 0 ? 0 : static_cast<long long>(std::floor(left / per_seq));
