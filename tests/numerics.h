@@ -61,6 +61,28 @@ constexpr double kDecodeVsPrefillKvBf16 = 1e-3;
 constexpr double kKvBf16Model = 3e-2;
 constexpr double kKvF16Model = 1e-2;
 
+// The same computation in a different f32 summation order (the decode conv's explicit FMAs vs
+// the prefill loop where GCC at -O1 does not contract, the sanitizer build; the conv state after
+// a split call; the cpu softplus's polynomial against libm): a few ulp of the largest value.
+constexpr double kF32Reorder = 1e-6;
+// Values copied, not computed (a conv state after a split run), compared as floats.
+constexpr double kF32Copy = 1e-7;
+// The ref SSD (chunked, f32 explicit loops) and the ref single step against a float64 sequential
+// recurrence written in the test: f32 rounding of O(10) terms per output.
+constexpr double kSsdRefVsF64 = 1e-6;
+// RoPE and attention against float64 closed forms written in the test (absolute, on O(1)
+// values): f32 sin/cos and an f32 softmax.
+constexpr double kRopeVsF64 = 1e-5;
+constexpr double kAttentionVsF64 = 1e-5;
+// Spot values of activations against published constants (absolute).
+constexpr double kActivationSpot = 1e-6;
+// vexp / exp16 / vsoftplus against libm in double over their whole argument range (relative):
+// the polynomial's error is ~3 ulp of float.
+constexpr double kVexp = 4e-7;
+constexpr double kVsoftplus = 5e-7;
+// vdot of 37 terms against a double sum (absolute, on O(1) terms).
+constexpr double kVdot = 1e-5;
+
 // Reading f16 / bf16 stored values back as f32 (safetensors to_f32): round to nearest keeps the
 // relative error within half a unit of the last place, 2^-11 (f16, 11 significant bits) and 2^-8
 // (bf16, 8 bits); one full unit is allowed, plus 1e-7 absolute for values near zero.

@@ -308,7 +308,7 @@ TEST_F(Kernels, ConvMatchesRefAndCarriesState) {
       cpu::conv1d_causal(ctx, x.data(), ld_x, w.data(), b.data(), s.data(), T, C, K, true, o.data());
       ref::conv1d_causal(ref_ctx, x.data(), ld_x, w.data(), b.data(), sr.data(), T, C, K, true, orf.data());
       EXPECT_LT(rel_err(o.data(), orf.data(), o.n), tol::kConv);
-      EXPECT_LT(rel_err(s.data(), sr.data(), s.size()), 1e-7);
+      EXPECT_LT(rel_err(s.data(), sr.data(), s.size()), tol::kF32Copy);
       o.expect_guard();
       // Conv of T tokens == conv of the first token then the rest, continuing from the state.
       if (T > 1) {
@@ -318,7 +318,7 @@ TEST_F(Kernels, ConvMatchesRefAndCarriesState) {
         cpu::conv1d_causal(ctx, x.data() + ld_x, ld_x, w.data(), b.data(), s2.data(), T - 1, C, K, true,
                            o2.data() + C);
         EXPECT_LT(rel_err(o2.data(), orf.data(), o2.n), tol::kConv);
-        EXPECT_LT(rel_err(s2.data(), sr.data(), s2.size()), 1e-7);
+        EXPECT_LT(rel_err(s2.data(), sr.data(), s2.size()), tol::kF32Copy);
         // Token by token (the decode kernel; AVX-512 with K = 4: taps transposed in registers)
         // against the reference and against one call of T tokens, with and without bias and
         // activation, on C = 70 (a 3-channel last block per thread) and C = 90 (13: the upper
@@ -341,7 +341,7 @@ TEST_F(Kernels, ConvMatchesRefAndCarriesState) {
                                    o_one.data() + t * Cd);
               EXPECT_LT(rel_err(o_one.data(), o_ref.data(), o_ref.size()), tol::kConv);
               if (same_loop) EXPECT_EQ(o_one, o_all);
-              else EXPECT_LT(rel_err(o_one.data(), o_all.data(), o_all.size()), 1e-6);
+              else EXPECT_LT(rel_err(o_one.data(), o_all.data(), o_all.size()), tol::kF32Reorder);
               EXPECT_EQ(s_one, s_all);
               EXPECT_EQ(s_one, s_ref);
             }
@@ -429,8 +429,8 @@ TEST_F(Kernels, SsdRefEqualsSequentialRecurrenceAndCpuEqualsRef) {
         cpu::ssd_scan(ctx, row.data(), ld_x, dt.data(), A.data(), row.data() + nhP, row.data() + nhP + GN, ld_x,
                       D.data(), dm, chunk, Sc.data(), T, yc.data());
         std::vector<float> yd32(yd.begin(), yd.end()), Sd32(Sd.begin(), Sd.end());
-        EXPECT_LT(rel_err(yr.data(), yd32.data(), yr.n), 1e-6) << "ref chunked vs sequential";
-        EXPECT_LT(rel_err(Sr.data(), Sd32.data(), sn), 1e-6);
+        EXPECT_LT(rel_err(yr.data(), yd32.data(), yr.n), tol::kSsdRefVsF64) << "ref chunked vs sequential";
+        EXPECT_LT(rel_err(Sr.data(), Sd32.data(), sn), tol::kSsdRefVsF64);
         EXPECT_LT(rel_err(yc.data(), yd32.data(), yc.n), tol::kSsdScan) << "cpu vs sequential";
         EXPECT_LT(rel_err(Sc.data(), Sd32.data(), sn), tol::kSsdScan);
         yr.expect_guard();
@@ -496,8 +496,8 @@ TEST_F(Kernels, SsdStepMatchesRefAndTheSequentialRecurrence) {
     cpu::ssd_step(ctx, row.data(), dt.data(), A.data(), row.data() + nhP, row.data() + nhP + GN, D.data(), dm,
                   Sc.data(), yc.data());
     std::vector<float> yd32(yd.begin(), yd.end()), Sd32(Sd.begin(), Sd.end());
-    EXPECT_LT(rel_err(yr.data(), yd32.data(), nhP), 1e-6);
-    EXPECT_LT(rel_err(Sr.data(), Sd32.data(), sn), 1e-6);
+    EXPECT_LT(rel_err(yr.data(), yd32.data(), nhP), tol::kSsdRefVsF64);
+    EXPECT_LT(rel_err(Sr.data(), Sd32.data(), sn), tol::kSsdRefVsF64);
     EXPECT_LT(rel_err(yc.data(), yd32.data(), nhP), tol::kSsdScan);
     EXPECT_LT(rel_err(Sc.data(), Sd32.data(), sn), tol::kSsdScan);
     yr.expect_guard();
@@ -617,7 +617,7 @@ TEST_F(Kernels, SoftplusMatchesRef) {
   auto xr = x;
   cpu::softplus(ctx, x.data(), x.size());
   ref::softplus(ref_ctx, xr.data(), xr.size());
-  EXPECT_LT(rel_err(x.data(), xr.data(), x.size()), 1e-6);
+  EXPECT_LT(rel_err(x.data(), xr.data(), x.size()), tol::kF32Reorder);
   EXPECT_EQ(x[0], 25.0f);
 }
 
@@ -696,8 +696,8 @@ TEST_F(Kernels, RopeMatchesComplexRotation) {
             const std::complex<double> r = z * std::polar(1.0, angle);
             expect = i < half ? r.real() : r.imag();
           }
-          ASSERT_NEAR(want[o + i], expect, 1e-5) << "ref t=" << t << " i=" << i;
-          ASSERT_NEAR(got[o + i], expect, 1e-5) << "cpu t=" << t << " i=" << i;
+          ASSERT_NEAR(want[o + i], expect, tol::kRopeVsF64) << "ref t=" << t << " i=" << i;
+          ASSERT_NEAR(got[o + i], expect, tol::kRopeVsF64) << "cpu t=" << t << " i=" << i;
         }
   }
 }
@@ -785,7 +785,7 @@ TEST_F(Kernels, AttentionMatchesRefAndDenseSoftmax) {
         const int page = f.table[j / c.block], row = j % c.block;
         o += p[j] / sum * f.v[page * f.kv.page_stride + (static_cast<size_t>(row) * c.kv_heads + kvh) * c.hd + i];
       }
-      EXPECT_NEAR(want.v[static_cast<size_t>(t) * c.heads * c.hd + h * c.hd + i], o, 1e-5);
+      EXPECT_NEAR(want.v[static_cast<size_t>(t) * c.heads * c.hd + h * c.hd + i], o, tol::kAttentionVsF64);
     }
   }
 }
@@ -909,7 +909,7 @@ TEST_F(Kernels, ActivationsMatchRef) {
   // Spot values: gelu(1) = 0.8413447, relu2(-1) = 0, relu2(3) = 9.
   float x[3] = {1.0f, -1.0f, 3.0f}, y[3];
   ref::activation(ref_ctx, Activation::Gelu, x, nullptr, 1, 1, 1, y);
-  EXPECT_NEAR(y[0], 0.8413447f, 1e-6);
+  EXPECT_NEAR(y[0], 0.8413447f, tol::kActivationSpot);
   ref::activation(ref_ctx, Activation::Relu2, x, nullptr, 3, 1, 3, y);
   EXPECT_EQ(y[1], 0.0f);
   EXPECT_EQ(y[2], 9.0f);
@@ -938,7 +938,7 @@ TEST(VecMath, ExpMatchesLibmWithinFewUlp) {
     const double want = std::exp(static_cast<double>(xf));
     worst = std::max(worst, std::fabs(cpu::vexp(xf) - want) / want);
   }
-  EXPECT_LT(worst, 4e-7);  // ~3 ulp of float
+  EXPECT_LT(worst, tol::kVexp);
   EXPECT_GT(cpu::vexp(-1000.0f), 0.0f);
   EXPECT_TRUE(std::isfinite(cpu::vexp(1000.0f)));
   EXPECT_EQ(cpu::vexp(0.0f), 1.0f);
@@ -956,7 +956,7 @@ TEST(VecMath, ExpMatchesLibmWithinFewUlp) {
       const double want = std::exp(static_cast<double>(xs[i]));
       worst16 = std::max(worst16, std::fabs(ys[i] - want) / want);
     }
-    EXPECT_LT(worst16, 4e-7);
+    EXPECT_LT(worst16, tol::kVexp);
     const size_t e = xs.size();
     EXPECT_GT(ys[e - 6], 0.0f);
     EXPECT_TRUE(std::isfinite(ys[e - 5]));
@@ -973,7 +973,7 @@ TEST(VecMath, ExpMatchesLibmWithinFewUlp) {
     const double want = std::log1p(std::exp(static_cast<double>(xf)));
     worst_sp = std::max(worst_sp, std::fabs(cpu::vsoftplus(xf) - want) / want);
   }
-  EXPECT_LT(worst_sp, 5e-7);
+  EXPECT_LT(worst_sp, tol::kVsoftplus);
   EXPECT_EQ(cpu::vsoftplus(25.0f), 25.0f);
   EXPECT_EQ(cpu::vsoftplus(std::numeric_limits<float>::infinity()), std::numeric_limits<float>::infinity());
   EXPECT_TRUE(std::isnan(cpu::vsoftplus(std::nanf(""))));
@@ -981,13 +981,13 @@ TEST(VecMath, ExpMatchesLibmWithinFewUlp) {
   std::vector<float> a = randn(37, 30), b = randn(37, 31);
   double want = 0;
   for (int i = 0; i < 37; ++i) want += static_cast<double>(a[i]) * b[i];
-  EXPECT_NEAR(cpu::vdot(a.data(), b.data(), 37), want, 1e-5);
+  EXPECT_NEAR(cpu::vdot(a.data(), b.data(), 37), want, tol::kVdot);
 }
 
 TEST(Dtype, Bf16AndF16RoundTrips) {
   for (float f : {0.0f, 1.0f, -2.5f, 3.14159f, 1e-3f, 65504.0f, 6.1e-5f, 1e-7f}) {
-    EXPECT_NEAR(bf16_to_f32(f32_to_bf16(f)), f, std::fabs(f) / 128 + 1e-30);
-    EXPECT_NEAR(f16_to_f32(f32_to_f16(f)), f, std::fabs(f) / 1024 + 6e-8);
+    EXPECT_NEAR(bf16_to_f32(f32_to_bf16(f)), f, tol::kBf16Read * std::fabs(f) + 1e-30);
+    EXPECT_NEAR(f16_to_f32(f32_to_f16(f)), f, tol::kF16Read * std::fabs(f) + 6e-8);
   }
   EXPECT_EQ(f32_to_bf16(1.0f), 0x3f80);
   // Bits worked out by hand: ties go to the even neighbour, NaN (also signalling) comes out quiet,
