@@ -53,8 +53,9 @@ test-aarch64:
 	cmake --build build-aarch64 -j $(JOBS)
 	cd build-aarch64 && ctest --output-on-failure -j $(JOBS)
 
-# What CI runs (.ci/run): the README's test command, then the sanitizer suite and the fuzz smoke run.
-ci: test test-sanitize fuzz-smoke
+# What CI runs (.ci/run): the README's test command, then the sanitizer suite, the fuzz smoke run
+# and the aarch64 cross build's suite under qemu.
+ci: test test-sanitize fuzz-smoke test-aarch64
 
 clean:
 	rm -rf $(BUILD)
