@@ -7,7 +7,7 @@ export CCACHE_BASEDIR := $(CURDIR)
 SAN_FLAGS = -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE="-O1 -g1" -DCMAKE_C_FLAGS_RELEASE="-O1 -g1"
 DEMO ?= models/demo-mamba2
 
-.PHONY: setup build run test test-sanitize fuzz-smoke ci bench clean
+.PHONY: setup build run test test-sanitize fuzz-smoke test-aarch64 ci bench clean
 
 setup:
 	bash scripts/setup.sh
@@ -38,8 +38,24 @@ FUZZ_SECONDS ?= 60
 fuzz-smoke: setup
 	bash scripts/fuzz.sh $(FUZZ_SECONDS)
 
-# What CI runs (.ci/run): the README's test command, then the sanitizer suite and the fuzz smoke run.
-ci: test test-sanitize fuzz-smoke
+# The portable build on another CPU: the project cross-compiled for aarch64
+# (cmake/aarch64-linux-gnu.cmake: Debian's g++-aarch64-linux-gnu and arm64 multiarch libraries,
+# -Werror as everywhere) and its whole ctest suite run under qemu-aarch64. The C++ tests
+# and fuzz replays run through CMAKE_CROSSCOMPILING_EMULATOR; cli_test, reference_numpy and
+# tokenizer_vs_hf_js hand their host Python / Node driver a script that runs the emulated binary;
+# reference_selfcheck and the two fixture makers are host Python only. The kernels have only the
+# portable path there, so kernels_test runs once (its AVX2 / portable re-runs are x86-64 tests).
+# `setup.sh --aarch64` adds dpkg's arm64 architecture and installs the cross compiler, qemu-user
+# and the arm64 libraries.
+test-aarch64:
+	bash scripts/setup.sh --aarch64
+	cmake -S . -B build-aarch64 -G Ninja -DCMAKE_BUILD_TYPE=Release --toolchain cmake/aarch64-linux-gnu.cmake
+	cmake --build build-aarch64 -j $(JOBS)
+	cd build-aarch64 && ctest --output-on-failure -j $(JOBS)
+
+# What CI runs (.ci/run): the README's test command, then the sanitizer suite, the fuzz smoke run
+# and the aarch64 cross build's suite under qemu.
+ci: test test-sanitize fuzz-smoke test-aarch64
 
 clean:
 	rm -rf $(BUILD)

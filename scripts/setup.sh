@@ -1,22 +1,43 @@
 #!/usr/bin/env bash
 # Installs every dependency of hybridlm from Debian 12 packages (and one npm package for the
 # tokenizer cross-check). Idempotent and non-interactive; runs as root or through sudo.
+#   bash scripts/setup.sh            # what `make build` / `make test` need
+#   bash scripts/setup.sh --aarch64  # also the aarch64 cross build (`make test-aarch64`)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+aarch64=0
+for arg in "$@"; do
+  case "$arg" in
+    --aarch64) aarch64=1 ;;
+    *) echo "usage: scripts/setup.sh [--aarch64]" >&2; exit 2 ;;
+  esac
+done
 
 pkgs=(build-essential cmake ninja-build ccache pkg-config
       libpcre2-dev nlohmann-json3-dev libcli11-dev libgtest-dev libopenblas-dev libdnnl-dev
       python3 python3-numpy
       clang libclang-rt-14-dev)  # OpenBLAS, oneDNN: only bench/gemm_bench.cc (the GEMM comparison). clang + its libFuzzer/sanitizer runtimes: scripts/fuzz.sh
 command -v node >/dev/null 2>&1 || pkgs+=(nodejs npm)
+# The aarch64 cross build: Debian's cross compiler, qemu-user to run its binaries, and the arm64
+# builds of the two libraries we link (multiarch: the arm64 architecture is added to dpkg once;
+# nlohmann-json and CLI11 are header-only, their host packages serve both). qemu runs the binaries
+# on the multiarch arm64 runtime (libc6:arm64, which PCRE2 brings, and libstdc++6:arm64), not on
+# the cross compiler's copy of it in /usr/aarch64-linux-gnu, so that ld.so and libc always match.
+if [ "$aarch64" -eq 1 ]; then
+  if ! dpkg --print-foreign-architectures | grep -qx arm64; then
+    echo "setup: dpkg --add-architecture arm64"
+    $SUDO dpkg --add-architecture arm64
+  fi
+  pkgs+=(g++-aarch64-linux-gnu qemu-user libpcre2-dev:arm64 libgtest-dev:arm64 libstdc++6:arm64)
+fi
 
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if [ ${#missing[@]} -gt 0 ]; then
-  SUDO=""
-  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   echo "setup: installing ${missing[*]}"
   $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq
   $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"

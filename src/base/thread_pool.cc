@@ -4,9 +4,13 @@
 
 #include <algorithm>
 
+// The spin-wait hint: x86 pause; on aarch64 an instruction barrier (isb), a short stall in the
+// manner of pause (aarch64's `yield` hint does nothing on many cores); elsewhere a thread yield.
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define HYBRIDLM_PAUSE() _mm_pause()
+#elif defined(__aarch64__)
+#define HYBRIDLM_PAUSE() asm volatile("isb" ::: "memory")
 #else
 #define HYBRIDLM_PAUSE() std::this_thread::yield()
 #endif

@@ -1,12 +1,15 @@
 #include "tools/hybridlm/bench.h"
 
-// GCC 12 reports its own intrinsics' _mm512_undefined_* placeholders as uninitialized (a known
-// false positive of avx512fintrin.h), as in kernels/cpu/matmul_cpu.cc.
+// The AVX-512 peaks below are measured on x86-64 only (elsewhere they read 0, as on x86 CPUs
+// without AVX-512). GCC 12 reports its own intrinsics' _mm512_undefined_* placeholders as
+// uninitialized (a known false positive of avx512fintrin.h), as in kernels/cpu/intrinsics.h.
+#if defined(__x86_64__)
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 #include <immintrin.h>
+#endif
 
 #include <chrono>
 #include <cmath>
@@ -63,18 +66,6 @@ double read_bandwidth_gbs(ThreadPool& pool) {
   return best;
 }
 
-// FP32 FMA peak: 16 independent accumulator chains per thread.
-__attribute__((target("avx512f,fma"))) float fma_loop_avx512(long iters) {
-  __m512 a[16];
-  for (auto& v : a) v = _mm512_set1_ps(0.5f);
-  const __m512 m = _mm512_set1_ps(0.9999f), c = _mm512_set1_ps(1e-4f);
-  for (long i = 0; i < iters; ++i)
-    for (auto& v : a) v = _mm512_fmadd_ps(v, m, c);
-  __m512 s = a[0];
-  for (int k = 1; k < 16; ++k) s = _mm512_add_ps(s, a[k]);
-  return _mm512_reduce_add_ps(s);
-}
-
 // Ops per second of `loop(iters)` run once on every thread of the pool (each doing ops_per_iter
 // operations per iteration), in billions.
 template <class Loop>
@@ -86,6 +77,19 @@ double per_thread_peak(ThreadPool& pool, Loop loop, double ops_per_iter) {
     for (size_t i = b; i < e; ++i) sink[i] = loop(iters);
   });
   return static_cast<double>(pool.size()) * iters * ops_per_iter / seconds_since(t0) / 1e9;
+}
+
+#if defined(__x86_64__)
+// FP32 FMA peak: 16 independent accumulator chains per thread.
+__attribute__((target("avx512f,fma"))) float fma_loop_avx512(long iters) {
+  __m512 a[16];
+  for (auto& v : a) v = _mm512_set1_ps(0.5f);
+  const __m512 m = _mm512_set1_ps(0.9999f), c = _mm512_set1_ps(1e-4f);
+  for (long i = 0; i < iters; ++i)
+    for (auto& v : a) v = _mm512_fmadd_ps(v, m, c);
+  __m512 s = a[0];
+  for (int k = 1; k < 16; ++k) s = _mm512_add_ps(s, a[k]);
+  return _mm512_reduce_add_ps(s);
 }
 
 double fma_peak_gflops(ThreadPool& pool) {
@@ -115,6 +119,10 @@ double vnni_peak_gops(ThreadPool& pool) {
   if (cpu::simd_path() != cpu::SimdPath::Avx512 || !cpu::has_avx512_vnni()) return 0;
   return per_thread_peak(pool, vnni_loop, 12 * 64 * 2);
 }
+#else
+double fma_peak_gflops(ThreadPool&) { return 0; }
+double vnni_peak_gops(ThreadPool&) { return 0; }
+#endif
 
 struct Row {
   std::string test;

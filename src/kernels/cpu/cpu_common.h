@@ -1,6 +1,7 @@
 // Shared plumbing of the CPU kernel files: the instantiation attributes (a loop body written once,
 // always_inline, then compiled inside an AVX-512, an AVX2 and a portable target function, the
-// compiler vectorising each for its ISA) and the split of a range over the thread pool.
+// compiler vectorising each for its ISA; on CPUs other than x86-64 the portable one only) and the
+// split of a range over the thread pool.
 #pragma once
 
 #include <cstddef>
@@ -12,6 +13,8 @@
 #include "tensor/dtype.h"
 
 #define HYBRIDLM_INLINE inline __attribute__((always_inline))
+
+#if defined(__x86_64__)
 #define HYBRIDLM_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,fma")))
 #define HYBRIDLM_AVX2 __attribute__((target("avx2,fma")))
 
@@ -38,6 +41,19 @@
       default: name##_portable(a...); break;                                 \
     }                                                                        \
   }
+#else
+// Other CPUs (aarch64): the portable instance only, compiled for the target's baseline ISA (the
+// compiler vectorises it with NEON on aarch64); simd_path() is always Portable there.
+#define HYBRIDLM_SIMD_VARIANTS(name, body)                                   \
+  template <class... Args>                                                   \
+  void name##_portable(Args... a) {                                          \
+    body(a...);                                                              \
+  }                                                                          \
+  template <class... Args>                                                   \
+  void name##_dispatch(Args... a) {                                          \
+    name##_portable(a...);                                                   \
+  }
+#endif
 
 namespace hybridlm::cpu {
 

@@ -8,6 +8,7 @@
 
 namespace hybridlm::cpu {
 
+#if defined(__x86_64__)
 static SimdPath best_supported() {
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
@@ -16,6 +17,17 @@ static SimdPath best_supported() {
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return SimdPath::Avx2;
   return SimdPath::Portable;
 }
+
+static bool cpu_has_avx512_vnni() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512vnni");
+}
+#else
+// Other CPUs (aarch64): only the portable loops are compiled (cpu_common.h), and the AVX-512
+// kernel files are not (CMakeLists.txt; no_avx512.cc stands in for them).
+static SimdPath best_supported() { return SimdPath::Portable; }
+static bool cpu_has_avx512_vnni() { return false; }
+#endif
 
 static SimdPath detect() {
   const SimdPath best = best_supported();
@@ -35,11 +47,13 @@ SimdPath simd_path() {
   return path;
 }
 
+SimdPath best_simd_path() {
+  static const SimdPath best = best_supported();
+  return best;
+}
+
 bool has_avx512_vnni() {
-  static const bool vnni = [] {
-    __builtin_cpu_init();
-    return simd_path() == SimdPath::Avx512 && __builtin_cpu_supports("avx512vnni");
-  }();
+  static const bool vnni = simd_path() == SimdPath::Avx512 && cpu_has_avx512_vnni();
   return vnni;
 }
 

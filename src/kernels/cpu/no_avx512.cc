@@ -1,0 +1,81 @@
+// Builds for CPUs other than x86-64 (aarch64): CMakeLists.txt compiles this file in place of the
+// AVX-512 kernel files (gemm_cpu.cc, matmul_avx512.cc, ssd_avx512.cc, ssm_step_avx512.cc), and
+// simd_path() is always Portable there, so the kernels' dispatch never calls them. Their entry
+// points are defined here so that the dispatching code links unchanged: those that may decline a
+// call decline every call (false: the caller runs the portable loops); the others stop the
+// program, as reaching one would be a dispatch bug.
+#if defined(__x86_64__)
+#error "no_avx512.cc is for builds without the x86-64 kernel files (see CMakeLists.txt)"
+#endif
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "kernels/cpu/gemm_cpu.h"
+#include "kernels/cpu/matmul_avx512.h"
+#include "kernels/cpu/ssd_avx512.h"
+#include "kernels/cpu/ssm_step_avx512.h"
+
+namespace hybridlm::cpu {
+
+namespace {
+[[noreturn]] void unreachable(const char* kernel) {
+  std::fprintf(stderr, "hybridlm: internal error: %s called in a build without the AVX-512 kernels\n", kernel);
+  std::abort();
+}
+}  // namespace
+
+bool ssd_scan_avx512(const KernelContext&, const float*, int, const float*, const float*, const float*, const float*,
+                     int, const float*, const SsdDims&, int, float*, int, float*) {
+  return false;
+}
+
+bool ssd_step_avx512(const KernelContext&, const float*, const float*, const float*, const float*, const float*,
+                     const float*, const SsdDims&, float*, float*) {
+  return false;
+}
+bool ssd_step_avx512(const KernelContext&, const float*, const float*, const float*, const float*, const float*,
+                     const float*, const SsdDims&, uint16_t*, float*) {
+  return false;
+}
+
+bool mamba1_step_avx512(const KernelContext&, const float*, const float*, const float*, const float*, const float*,
+                        const float*, const float*, float*, int, int, float*) {
+  return false;
+}
+bool mamba1_step_avx512(const KernelContext&, const float*, const float*, const float*, const float*, const float*,
+                        const float*, const float*, uint16_t*, int, int, float*) {
+  return false;
+}
+
+bool conv_step_avx512(const KernelContext&, const float*, const float*, const float*, float*, int, int, bool,
+                      float*) {
+  return false;
+}
+
+bool mamba1_scan_avx512(const KernelContext&, const float*, int, const float*, const float*, const float*,
+                        const float*, int, const float*, const float*, int, float*, int, int, int, float*) {
+  return false;
+}
+bool mamba1_scan_avx512(const KernelContext&, const float*, int, const float*, const float*, const float*,
+                        const float*, int, const float*, const float*, int, uint16_t*, int, int, int, float*) {
+  return false;
+}
+
+void exp_avx512(const float*, size_t, float*) { unreachable("exp_avx512"); }
+
+void gemm_lanes_avx512(const KernelContext&, const WeightView&, const float*, const float*, int, float*) {
+  unreachable("gemm_lanes_avx512");
+}
+
+void matmul_rows_avx512(const WeightView&, const float*, const float*, int, float*, int, int) {
+  unreachable("matmul_rows_avx512");
+}
+
+void matmul_q8_vnni(const WeightView&, const float*, const Q8Acts&, int, float*, int, int) {
+  unreachable("matmul_q8_vnni");
+}
+
+void quantize_q8_0_row_avx512(const float*, int, int8_t*, float*) { unreachable("quantize_q8_0_row_avx512"); }
+
+}  // namespace hybridlm::cpu
