@@ -44,8 +44,10 @@ constexpr double kStateBf16 = 3e-2;
 constexpr double kModelCpuVsRef = 1e-5;
 // The same with bf16 state or KV storage: where the two sides' f32 values straddle a bf16
 // rounding boundary, they store values one bf16 step (2^-8 relative) apart, and later steps read
-// them (measured up to 6e-5 with bf16 state).
-constexpr double kModelCpuVsRef16BitCache = 5e-4;
+// them. How many values flip depends on the summation order (x86 with and aarch64 without FMA
+// contraction in places differ): below 5e-4 on x86 and up to 2.7e-3 on aarch64 (zamba2, bf16
+// state and KV). Rounding every stored value instead (bf16 vs f32 KV) moves logits by up to 9e-3.
+constexpr double kModelCpuVsRef16BitCache = 1e-2;
 // Full model: decode (chunk of 1) vs prefill (chunked SSD) differ only by f32 summation order.
 constexpr double kDecodeVsPrefill = 1e-4;
 // The same with K and V stored bf16: a decode step's K and V differ from prefill's by that f32
