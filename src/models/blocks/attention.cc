@@ -30,22 +30,15 @@ AttentionWeights load_attention(const TensorSource& r, const std::string& p, con
 
 namespace {
 
-class AttentionMixer final : public Mixer {
+class AttentionMixer final : public MixerOf<AttentionSpec, AttentionWeights, load_attention> {
  public:
-  AttentionMixer(const AttentionSpec& s, std::string prefix, int H) : s_(s), prefix_(std::move(prefix)), H_(H) {}
-  void load(const TensorSource& r) override { w_ = load_attention(r, prefix_, s_, H_); }
+  using MixerOf::MixerOf;
   LayerCacheSpec cache_spec() const override { return {LayerCacheKind::Attention, {}, {s_.n_kv_heads, s_.head_dim}}; }
   size_t scratch_floats(int T) const override { return attention_scratch_floats(s_, H_, T); }
   void forward(const KernelContext& ctx, const float* u, int T, std::span<const SeqRun> runs, FloatArena& arena,
                float* out) const override {
     attention_forward(ctx, s_, w_, u, T, runs, arena, out);
   }
-
- private:
-  AttentionSpec s_;
-  std::string prefix_;
-  int H_;
-  AttentionWeights w_;
 };
 
 struct AttentionBuffers {

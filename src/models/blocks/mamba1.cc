@@ -8,10 +8,9 @@ namespace hybridlm {
 
 namespace {
 
-class Mamba1Mixer final : public Mixer {
+class Mamba1Mixer final : public MixerOf<Mamba1Spec, Mamba1Weights, load_mamba1> {
  public:
-  Mamba1Mixer(const Mamba1Spec& s, std::string prefix, int H) : s_(s), prefix_(std::move(prefix)), H_(H) {}
-  void load(const TensorSource& r) override { w_ = load_mamba1(r, prefix_, s_, H_); }
+  using MixerOf::MixerOf;
   LayerCacheSpec cache_spec() const override { return {LayerCacheKind::Mamba, mamba1_state_spec(s_), {}}; }
   bool bf16_state_in_place() const override { return true; }
   size_t scratch_floats(int T) const override {
@@ -23,12 +22,6 @@ class Mamba1Mixer final : public Mixer {
                float* out) const override {
     mamba1_forward(ctx, s_, w_, u, T, runs, mamba1_buffers(s_, T, arena), out);
   }
-
- private:
-  Mamba1Spec s_;
-  std::string prefix_;
-  int H_;
-  Mamba1Weights w_;
 };
 
 }  // namespace

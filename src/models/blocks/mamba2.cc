@@ -11,10 +11,9 @@ namespace hybridlm {
 
 namespace {
 
-class Mamba2Mixer final : public Mixer {
+class Mamba2Mixer final : public MixerOf<Mamba2Spec, Mamba2Weights, load_mamba2> {
  public:
-  Mamba2Mixer(const Mamba2Spec& s, std::string prefix, int H) : s_(s), prefix_(std::move(prefix)), H_(H) {}
-  void load(const TensorSource& r) override { w_ = load_mamba2(r, prefix_, s_, H_); }
+  using MixerOf::MixerOf;
   LayerCacheSpec cache_spec() const override {
     return {LayerCacheKind::Mamba, mamba2_state_spec(s_), {}};
   }
@@ -28,12 +27,6 @@ class Mamba2Mixer final : public Mixer {
                float* out) const override {
     mamba2_forward(ctx, s_, w_, u, T, runs, mamba2_buffers(s_, H_, T, arena), out);
   }
-
- private:
-  Mamba2Spec s_;
-  std::string prefix_;
-  int H_;
-  Mamba2Weights w_;
 };
 
 }  // namespace

@@ -7,6 +7,8 @@
 
 #include <memory>
 #include <span>
+#include <string>
+#include <utility>
 
 #include "base/arena.h"
 #include "cache/hybrid_cache.h"
@@ -32,6 +34,21 @@ class Mixer {
   // scratch comes from `arena` (at least scratch_floats(T) free).
   virtual void forward(const KernelContext& ctx, const float* u, int T, std::span<const SeqRun> runs,
                        FloatArena& arena, float* out) const = 0;
+};
+
+// What every kind's Mixer class holds: its spec, the prefix of its tensors, d_model and its
+// weights, which `load` fills through the kind's loader (load_mamba2, ...).
+template <class Spec, class Weights, Weights (*Load)(const TensorSource&, const std::string&, const Spec&, int)>
+class MixerOf : public Mixer {
+ public:
+  MixerOf(const Spec& s, std::string prefix, int d_model) : s_(s), prefix_(std::move(prefix)), H_(d_model) {}
+  void load(const TensorSource& r) override { w_ = Load(r, prefix_, s_, H_); }
+
+ protected:
+  Spec s_;
+  std::string prefix_;
+  int H_;
+  Weights w_;
 };
 
 // The mixer of layer b (d_model H), tensors not yet loaded; nullptr for MixerKind::None.

@@ -21,10 +21,9 @@ LayerStateSpec short_conv_state_spec(const ShortConvSpec& s, int H) { return {s.
 
 namespace {
 
-class ShortConvMixer final : public Mixer {
+class ShortConvMixer final : public MixerOf<ShortConvSpec, ShortConvWeights, load_short_conv> {
  public:
-  ShortConvMixer(const ShortConvSpec& s, std::string prefix, int H) : s_(s), prefix_(std::move(prefix)), H_(H) {}
-  void load(const TensorSource& r) override { w_ = load_short_conv(r, prefix_, s_, H_); }
+  using MixerOf::MixerOf;
   LayerCacheSpec cache_spec() const override { return {LayerCacheKind::Conv, short_conv_state_spec(s_, H_), {}}; }
   size_t scratch_floats(int T) const override {
     FloatArena count;
@@ -35,12 +34,6 @@ class ShortConvMixer final : public Mixer {
                float* out) const override {
     short_conv_forward(ctx, s_, w_, u, T, H_, runs, short_conv_buffers(H_, T, arena), out);
   }
-
- private:
-  ShortConvSpec s_;
-  std::string prefix_;
-  int H_;
-  ShortConvWeights w_;
 };
 
 }  // namespace
