@@ -328,6 +328,18 @@ std::vector<float> decode_all(Engine& e, int s, const std::vector<int32_t>& ids)
   return out;
 }
 
+// A fresh sequence's logits: every prompt position (one prefill), then one decode step per id of
+// `cont`.
+std::vector<float> prefill_then_decode_all(Engine& e, const std::vector<int32_t>& prompt,
+                                           const std::vector<int32_t>& cont) {
+  const int s = e.new_sequence();
+  std::vector<float> l = e.prefill(s, prompt, true);
+  const auto d = decode_all(e, s, cont);
+  l.insert(l.end(), d.begin(), d.end());
+  e.free_sequence(s);
+  return l;
+}
+
 TEST_P(ModelInvariants, SnapshotDecodeRestoreDecodeAgainGivesTheSameLogits) {
   Engine e(dir(), opts());
   const int V = e.vocab_size();
@@ -439,14 +451,7 @@ TEST_P(ModelInvariants, SixteenBitStateStorageTracksF32) {
   if (!f32.cache().has_state()) GTEST_SKIP() << "no recurrent state";
   const int V = f32.vocab_size();
   const auto prompt = random_ids(23, V, 61), cont = random_ids(8, V, 62);
-  auto run = [&](Engine& e) {
-    const int s = e.new_sequence();
-    std::vector<float> l = e.prefill(s, prompt, true);
-    const auto d = decode_all(e, s, cont);
-    l.insert(l.end(), d.begin(), d.end());
-    e.free_sequence(s);
-    return l;
-  };
+  auto run = [&](Engine& e) { return prefill_then_decode_all(e, prompt, cont); };
   const std::vector<float> want = run(f32);
   for (DType dt : {DType::BF16, DType::F16}) {
     EngineOptions o = opts();
@@ -550,14 +555,7 @@ TEST_P(KvStorage, SixteenBitKvTracksF32) {
   ASSERT_EQ(f32.cache().kv_dtype(), DType::F32);
   const int V = f32.vocab_size();
   const auto prompt = random_ids(23, V, 81), cont = random_ids(8, V, 82);
-  auto run = [&](Engine& e) {
-    const int s = e.new_sequence();
-    std::vector<float> l = e.prefill(s, prompt, true);
-    const auto d = decode_all(e, s, cont);
-    l.insert(l.end(), d.begin(), d.end());
-    e.free_sequence(s);
-    return l;
-  };
+  auto run = [&](Engine& e) { return prefill_then_decode_all(e, prompt, cont); };
   const std::vector<float> want = run(f32);
   for (DType dt : {DType::BF16, DType::F16}) {
     EngineOptions o = opts();
