@@ -2,52 +2,19 @@
 """The hybridlm CLI contract: subcommands, flags, exit codes (0 ok, 1 user error, 2 usage), the .npy
 output of `score`, and one-line error messages that name the problem.
 
-usage: cli_test.py HYBRIDLM MAKE_CHECKPOINT_PY TEST_DATA SCRATCH
-Prints one line per check and a final `N passed, M failed`.
+Run as the other CLI tests are (cli_common.py).
 """
 import json
 import os
 import shutil
-import subprocess
-import sys
 
 import numpy as np
 
-exe, tool, data, scratch = sys.argv[1:5]
-neox = os.path.join(data, "tokenizers", "gpt-neox-20b", "tokenizer.json")
-results = []
+from cli_common import check, expect_error, finish, make_model, run, scratch, start
 
-
-def run(*args, stdin=None):
-    p = subprocess.run([exe, *args], capture_output=True, text=True, timeout=120, input=stdin)
-    return p.returncode, p.stdout, p.stderr
-
-
-def check(name, cond, detail=""):
-    results.append(bool(cond))
-    print(("PASS " if cond else "FAIL ") + name + ("" if cond else f"  [{detail}]"))
-
-
-def expect_error(name, args, code, needle):
-    rc, out, err = run(*args)
-    lines = [l for l in err.strip().splitlines() if l]
-    check(name, rc == code and any(needle in l for l in lines) and len(lines) == 1,
-          f"rc={rc} stderr={err.strip()[:300]!r}")
-
-
-if not os.path.exists(neox):
-    print(f"FAIL test tokenizer missing: {neox}")
-    print("0 passed, 1 failed")
-    sys.exit(1)
-
-shutil.rmtree(scratch, ignore_errors=True)
-os.makedirs(scratch)
-m2 = os.path.join(scratch, "m2")
-subprocess.run(["/usr/bin/python3", tool, "--preset", "mamba2-tiny", "--out", m2, "--tokenizer", neox, "--seed", "5"],
-               check=True, capture_output=True)
-m1 = os.path.join(scratch, "m1")
-subprocess.run(["/usr/bin/python3", tool, "--preset", "mamba-tiny", "--out", m1, "--tokenizer", neox, "--seed", "6"],
-               check=True, capture_output=True)
+start()
+m2 = make_model("m2", "mamba2-tiny", 5)
+m1 = make_model("m1", "mamba-tiny", 6)
 
 # --help everywhere, usage errors exit 2.
 for sub in ["generate", "score", "perplexity", "tokenize", "inspect", "bench"]:
@@ -141,9 +108,7 @@ expect_error("plan: bad --memory", ["plan", "--config", codestral, "--memory", "
 # Every family generates from the CLI (sampling and beam search), and its plan matches its loader.
 for preset in ["hybridlm-tiny", "jamba-tiny", "bamba-tiny", "granite-h-tiny", "nemotron-h-tiny", "falcon-h1-tiny",
                "zamba2-tiny", "lfm2-tiny"]:
-    d = os.path.join(scratch, preset)
-    subprocess.run(["/usr/bin/python3", tool, "--preset", preset, "--out", d, "--tokenizer", neox, "--seed", "9"],
-                   check=True, capture_output=True)
+    d = make_model(preset, preset, 9)
     rc, out, err = run("generate", "-m", d, "-p", "Once upon a time", "-n", "8", "--seed", "3")
     check(f"generate works for {preset}", rc == 0 and out.startswith("Once upon a time") and "generation: 8 tokens" in err,
           out + err)
@@ -295,6 +260,4 @@ with open(st, "wb") as f:
 expect_error("deeply nested safetensors header", ["inspect", "-m", bad], 1, "nested deeper than 128 levels")
 shutil.copy(os.path.join(m2, "model.safetensors"), st)
 
-passed = sum(results)
-print(f"{passed} passed, {len(results) - passed} failed")
-sys.exit(0 if passed == len(results) else 1)
+finish()

@@ -20,6 +20,7 @@
 
 #include "base/error.h"
 #include "base/thread_pool.h"
+#include "tools/hybridlm/cli.h"
 #include "tools/hybridlm/format.h"
 #include "kernels/cpu/cpu_features.h"
 
@@ -266,6 +267,36 @@ int run_bench(const BenchOptions& o) {
   std::printf("peak RSS: %s (weights %s)\n", format_bytes(peak_rss_bytes()).c_str(),
               format_bytes(static_cast<double>(m.weight_bytes())).c_str());
   return 0;
+}
+
+}  // namespace hybridlm
+
+namespace hybridlm {
+
+Subcommand add_bench(CLI::App& parent) {
+  struct Flags {
+    ModelFlags model;
+    BenchOptions bench;
+    bool mmap = false;
+  };
+  auto f = std::make_shared<Flags>();
+  BenchOptions& bopt = f->bench;
+  CLI::App* bench = parent.add_subcommand("bench", "prompt (pp) and generation (tg) tokens/s, llama-bench style");
+  f->model.no_mmap = true;  // benchmarks read weights into memory (the VM's reclaim daemon pages out mappings)
+  f->model.add(bench);
+  bench->add_option("-p,--n-prompt", bopt.prompt_tokens, "prompt tokens per pp test")->capture_default_str();
+  bench->add_option("-n,--n-gen", bopt.gen_tokens, "decode steps per tg test")->capture_default_str();
+  bench->add_option("-r,--repetitions", bopt.reps, "repetitions (after one warm-up)")->capture_default_str();
+  bench->add_option("--batch", bopt.batch, "sequences decoding together in tg")->capture_default_str();
+  bench->add_flag("--json", bopt.json, "print a JSON array, one object per test");
+  bench->add_option("--seed", bopt.seed, "seed of the random token ids")->capture_default_str();
+  bench->add_flag("--mmap", f->mmap, "map the weight files instead of reading them into memory");
+  return {bench, [f] {
+            if (f->mmap) f->model.no_mmap = false;
+            f->bench.model_dir = f->model.dir;
+            f->bench.engine = f->model.options();
+            return run_bench(f->bench);
+          }};
 }
 
 }  // namespace hybridlm

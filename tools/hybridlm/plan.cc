@@ -4,12 +4,14 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <sstream>
 
 #include "base/error.h"
 #include "models/config.h"
 #include "models/plan.h"
 #include "runtime/engine.h"
+#include "tools/hybridlm/cli.h"
 #include "tools/hybridlm/format.h"
 
 namespace hybridlm {
@@ -121,6 +123,27 @@ int run_plan(const PlanOptions& o) {
     std::printf("memory %s: %s left after the weights -> at most %lld concurrent sequences\n", format_bytes(memory).c_str(),
                 format_bytes(left).c_str(), max_seqs);
   return 0;
+}
+
+}  // namespace hybridlm
+
+namespace hybridlm {
+
+Subcommand add_plan(CLI::App& parent) {
+  auto popt = std::make_shared<PlanOptions>();
+  popt->kv_dtype = cache_dtype_name(EngineOptions{}.kv_dtype);  // plans default to what a run would use
+  CLI::App* plan =
+      parent.add_subcommand("plan", "memory plan from a config: weights, state per sequence, KV per token, max sequences");
+  plan->add_option("-m,--model", popt->model_dir, "model directory (reads config.json)");
+  plan->add_option("--config", popt->config_file, "a config.json file");
+  plan->add_option("--dtype", popt->dtype, "weights in memory: f32, bf16, f16, q8_0")->capture_default_str();
+  plan->add_option("--state-dtype", popt->state_dtype, "recurrent state: f32, bf16, f16")->capture_default_str();
+  plan->add_option("--kv-dtype", popt->kv_dtype, "attention KV cache: f32, bf16, f16")->capture_default_str();
+  plan->add_option("--memory", popt->memory, "memory to plan for, e.g. 16GiB, 24GB")->capture_default_str();
+  plan->add_option("--context", popt->context, "tokens per sequence (KV grows with it; SSM state does not)")
+      ->capture_default_str();
+  plan->add_flag("--json", popt->json, "print one JSON object");
+  return {plan, [popt] { return run_plan(*popt); }};
 }
 
 }  // namespace hybridlm

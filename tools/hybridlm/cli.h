@@ -1,0 +1,63 @@
+// What the hybridlm subcommands share: the model-loading flags, the one-line reports on stderr,
+// and the registration of a subcommand (its flags and the function that runs it once parsed).
+// Exit codes: 0 success, 1 a user error (one line on stderr naming the file, tensor, key or value
+// at fault), 2 a usage error.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "io/tokenizer.h"
+#include "runtime/engine.h"
+
+namespace hybridlm {
+
+// A registered subcommand: its CLI11 app, and what runs when the command line chose it.
+struct Subcommand {
+  CLI::App* app = nullptr;
+  std::function<int()> run;
+};
+
+// One per file of tools/hybridlm: each adds its subcommand and flags to `parent`.
+Subcommand add_generate(CLI::App& parent);
+Subcommand add_score(CLI::App& parent);
+Subcommand add_perplexity(CLI::App& parent);
+Subcommand add_tokenize(CLI::App& parent);
+Subcommand add_inspect(CLI::App& parent);
+Subcommand add_bench(CLI::App& parent);
+Subcommand add_plan(CLI::App& parent);
+
+// "1, 2,3" -> {1, 2, 3}; an item that is not an integer in [0, 2^31) is an Error naming `flag`.
+std::vector<int32_t> parse_ids(const std::string& s, const char* flag);
+
+// Options every model-loading subcommand shares.
+struct ModelFlags {
+  std::string dir;
+  std::string dtype = "f32";
+  std::string mamba2_norm = "grouped";
+  int threads = 0;
+  int ctx_size = 4096;
+  std::string state_dtype = "f32";
+  std::string kernels = "cpu";
+  std::string kv_dtype = cache_dtype_name(EngineOptions{}.kv_dtype);  // bf16
+  bool no_mmap = false, mlock = false;
+
+  void add(CLI::App* app, bool with_threads = true);
+  EngineOptions options() const;
+};
+
+// --mlock that the OS refused is a warning, as in llama.cpp: the run still works, just unlocked.
+void report_mlock(const Engine& e);
+// The cache storage a run actually used (after defaults), one line on stderr: "cache: state bf16,
+// 1.2 MiB per sequence; KV bf16, 4 KiB per token".
+void report_cache(Engine& e);
+// DIR/tokenizer.json, or an Error saying the command needs it.
+Tokenizer load_tokenizer(const std::string& dir);
+// Logits of every position are (tokens x vocab) floats; refuse sizes that cannot be held.
+void check_logits_fit(size_t tokens, int vocab, const std::string& what);
+
+}  // namespace hybridlm
