@@ -19,13 +19,15 @@ class FloatArena {
   // n floats, 64-byte aligned relative to the base (whole cache lines for the SIMD kernels).
   float* take(size_t n) {
     const size_t at = used_;
-    used_ += (n + kAlign - 1) / kAlign * kAlign;
+    used_ += rounded(n);
     if (!base_) return nullptr;
-    check(used_ <= size_, "scratch arena of ", size_, " floats overrun (", used_, " taken): a block took more "
-          "than its scratch_floats() declared");
+    check(used_ <= size_, "scratch arena of ", size_, " floats overrun (", used_, " taken): a block or kernel "
+          "took more than its scratch_floats() declared");
     return base_ + at;
   }
   size_t used() const { return used_; }
+  // What take(n) uses of the arena (n rounded up to whole cache lines): for sizing one by hand.
+  static constexpr size_t rounded(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
   // Give back everything taken after `mark` (a value of used()).
   void rewind(size_t mark) { used_ = mark; }
 

@@ -59,7 +59,14 @@ ThreadPool::~ThreadPool() {
   for (auto& t : threads_) t.join();
 }
 
+namespace {
+thread_local int tl_thread_index = 0;
+}  // namespace
+
+int ThreadPool::thread_index() { return tl_thread_index; }
+
 void ThreadPool::worker(int index) {
+  tl_thread_index = index;
   uint64_t seen = 0;
   for (;;) {
     uint64_t g = generation_.load(std::memory_order_acquire);

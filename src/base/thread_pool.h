@@ -29,6 +29,10 @@ class ThreadPool {
   // Not reentrant: fn must not call parallel_for on the same pool. An exception thrown by fn on
   // any thread is rethrown here, after every thread has finished its range.
   void parallel_for(size_t n, FunctionRef<void(size_t, size_t)> fn, size_t grain = 1);
+  // The calling thread's index in the pool it works for: 1 .. size() - 1 on a worker, 0 on any
+  // other thread (the one that calls parallel_for takes part as thread 0). Per-thread scratch
+  // (kernels/scratch.h) is indexed by it.
+  static int thread_index();
 
  private:
   void worker(int index);

@@ -18,11 +18,31 @@ namespace hybridlm {
 
 class ThreadPool;
 struct KernelTable;
+class KernelScratch;
 
 struct KernelContext {
   ThreadPool* pool = nullptr;  // nullptr = run on the calling thread
   const KernelTable* ops = nullptr;  // the kernels a model calls (ref_kernels() or cpu_kernels())
+  KernelScratch* scratch = nullptr;  // per-thread working memory (kernels/scratch.h); null: allocate
 };
+
+// The largest shapes a model hands the kernels, at the engine's tokens per step: what bounds the
+// kernels' per-thread scratch (KernelTable::scratch_floats).
+struct KernelLimits {
+  int tokens = 0;                         // rows of one call (tokens of a step)
+  int matmul_cols = 0;                    // the widest matmul input (a weight's cols)
+  int conv_channels = 0, conv_width = 0;  // causal conv: channels C, taps K
+  int d_state = 0;                        // SSM state width N (Mamba-1 and Mamba-2)
+  int head_dim = 0, n_groups = 0, ssd_chunk = 0;  // Mamba-2 SSD
+};
+// Floats of scratch per thread: thread 0 (the caller of parallel_for) and each worker.
+struct ScratchNeed {
+  size_t caller = 0, worker = 0;
+};
+// The larger of two needs (kernels that never run at once share the memory).
+inline ScratchNeed most(ScratchNeed a, ScratchNeed b) {
+  return {std::max(a.caller, b.caller), std::max(a.worker, b.worker)};
+}
 
 // A weight matrix W: (rows, cols) row-major (W is PyTorch's Linear.weight: (out, in)) in f32, bf16
 // or q8_0. q8_0 (dtype I8, see tensor/quant.h): `data` holds the codes (biased: uint8 q + 128)
@@ -159,6 +179,7 @@ namespace hybridlm {
 // ssd_step and mamba1_scan (overloads in ops.inc) are two entries here, the bf16 one suffixed.
 struct KernelTable {
   const char* name;  // "ref", "cpu"
+  ScratchNeed (*scratch_floats)(const KernelLimits&);
   decltype(&ref::matmul) matmul;
   decltype(&ref::quantize_q8_0_rows) quantize_q8_0_rows;
   decltype(&ref::rmsnorm) rmsnorm;

@@ -1,5 +1,6 @@
 #include "models/model.h"
 
+#include <algorithm>
 #include <string>
 
 #include "base/error.h"
@@ -17,6 +18,8 @@ Model Model::load(const std::filesystem::path& dir, const LoadOptions& opt) {
   auto ckpt = std::make_shared<const Checkpoint>(Checkpoint::open(dir, /*use_mmap=*/true));
   const WeightReader r(*ckpt, opt.dtype, /*zero_copy=*/opt.use_mmap);
   m.load_weights(r);
+  for (const TensorEntry& t : tensors(m.cfg_))
+    if (t.kind != TensorEntry::Vector) m.matmul_cols_ = std::max(m.matmul_cols_, static_cast<int>(t.shape.back()));
   m.params_ = r.params_read();
   m.weight_bytes_ = r.bytes_held();
   m.mapped_bytes_ = r.bytes_mapped();
@@ -83,13 +86,35 @@ size_t Model::scratch_floats(int T) const {
   return n;
 }
 
-void Model::reserve(ForwardScratch& sc, int T, int seqs) const {
+KernelLimits Model::kernel_limits(int T) const {
+  KernelLimits lim;
+  lim.tokens = T;
+  lim.matmul_cols = matmul_cols_;
+  for (const LayerWeights& l : layers_)
+    if (l.mixer) l.mixer->kernel_limits(lim);
+  return lim;
+}
+
+void Model::reserve_kernels(ForwardScratch& sc, const KernelContext& ctx, int T) const {
+  const int threads = ctx.pool ? ctx.pool->size() : 1;
+  if (T <= sc.kernel_tokens && threads <= sc.kernel_threads) return;
+  sc.kernel_tokens = std::max(T, sc.kernel_tokens);
+  sc.kernel_threads = std::max(threads, sc.kernel_threads);
+  ScratchNeed need = ctx.ops->scratch_floats(kernel_limits(sc.kernel_tokens));
+  // for_each_run (blocks/seq_run.h) runs single-token runs one per thread, each thread then the
+  // kernels' caller.
+  need.worker = std::max(need.worker, ctx.ops->scratch_floats(kernel_limits(1)).caller);
+  sc.kernels.reserve(sc.kernel_threads, need);
+}
+
+void Model::reserve(ForwardScratch& sc, const KernelContext& ctx, int T, int seqs) const {
   const size_t TH = static_cast<size_t>(T) * cfg_.d_model;
   for (std::vector<float>* v : {&sc.h, &sc.xn, &sc.mix}) v->reserve(TH);
   if (!shared_.empty()) sc.emb.reserve(TH);
   sc.mix2.reserve(TH);
   sc.runs.reserve(static_cast<size_t>(seqs));
   if (const size_t need = scratch_floats(T); sc.arena.size() < need) sc.arena.resize(need);
+  reserve_kernels(sc, ctx, T);
 }
 
 void Model::check_tokens(std::span<const int32_t> tokens) const {
@@ -116,9 +141,12 @@ void Model::forward(const KernelContext& ctx, std::span<const int32_t> tokens, s
   check_tokens(tokens);
   for (int row : logit_rows) check(row >= 0 && row < T, "logit row ", row, " out of range");
   if (T == 0) return;
+  reserve_kernels(sc, ctx, T);  // past reserve(): grows once
+  KernelContext kc = ctx;
+  kc.scratch = &sc.kernels;
   cache.prepare(runs);  // KV pages for the new tokens; throws (changing nothing) when full
   try {
-    forward_layers(ctx, tokens, runs, cache, sc);
+    forward_layers(kc, tokens, runs, cache, sc);
   } catch (...) {
     cache.fail_step(runs);  // only an internal failure (out of memory) gets here
     throw;
@@ -130,9 +158,9 @@ void Model::forward(const KernelContext& ctx, std::span<const int32_t> tokens, s
   sc.rows.resize(static_cast<size_t>(R) * H);
   for (int i = 0; i < R; ++i)
     std::copy_n(sc.h.data() + static_cast<size_t>(logit_rows[i]) * H, H, sc.rows.data() + static_cast<size_t>(i) * H);
-  ctx.ops->rmsnorm(ctx, sc.rows.data(), norm_f_.data(), R, H, cfg_.norm_eps, sc.rows.data());
+  kc.ops->rmsnorm(kc, sc.rows.data(), norm_f_.data(), R, H, cfg_.norm_eps, sc.rows.data());
   const Matrix& head = cfg_.tie_embeddings ? embedding_ : lm_head_;
-  ctx.ops->matmul(ctx, head.view(), nullptr, sc.rows.data(), R, logits);
+  kc.ops->matmul(kc, head.view(), nullptr, sc.rows.data(), R, logits);
   if (cfg_.logits_multiplier != 1.0f)
     for (size_t i = 0; i < static_cast<size_t>(R) * cfg_.vocab_size; ++i) logits[i] *= cfg_.logits_multiplier;
 }

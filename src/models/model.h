@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cache/hybrid_cache.h"
+#include "kernels/scratch.h"
 #include "models/blocks/ffn.h"
 #include "models/blocks/zamba2.h"
 #include "models/blocks/mixer.h"
@@ -38,6 +39,8 @@ struct LayerWeights {
 struct ForwardScratch {
   std::vector<float> h, xn, mix, mix2, rows, emb;
   HugeVector<float> arena;  // the mixers' and Zamba2 shared blocks' scratch (FloatArena)
+  KernelScratch kernels;     // the kernels' per-thread scratch (kernels/scratch.h)
+  int kernel_tokens = 0, kernel_threads = 0;  // what `kernels` is sized for
   FfnScratch ffn;
   std::vector<SeqRun> runs;
 };
@@ -56,8 +59,10 @@ class Model {
   // that read a checkpoint: parameter counts and `plan` read this.
   static std::vector<TensorEntry> tensors(const HybridConfig& c);
 
-  // Sizes `scratch` for steps of up to T tokens and `seqs` sequences.
-  void reserve(ForwardScratch& scratch, int T, int seqs) const;
+  // Sizes `scratch` for steps of up to T tokens and `seqs` sequences on ctx's kernels and threads.
+  void reserve(ForwardScratch& scratch, const KernelContext& ctx, int T, int seqs) const;
+  // The largest shapes a step of T tokens hands the kernels (what sizes their scratch).
+  KernelLimits kernel_limits(int T) const;
 
   // Throws Error naming the first id outside [0, vocab_size).
   void check_tokens(std::span<const int32_t> tokens) const;
@@ -78,12 +83,15 @@ class Model {
   void load_weights(const TensorSource& r);
   // Floats of arena a step of T tokens takes (the largest layer's mixer or shared block).
   size_t scratch_floats(int T) const;
+  // The kernels' scratch sized for steps of T tokens (grows only).
+  void reserve_kernels(ForwardScratch& scratch, const KernelContext& ctx, int T) const;
   HybridConfig cfg_;
   Matrix embedding_;
   Matrix lm_head_;  // empty when tied
   std::vector<float> norm_f_;
   std::vector<LayerWeights> layers_;
   std::vector<SharedBlockWeights> shared_;  // Zamba2's shared transformer blocks
+  int matmul_cols_ = 0;  // the widest matrix (a matmul's input width)
   size_t params_ = 0, weight_bytes_ = 0, mapped_bytes_ = 0;
   std::shared_ptr<const Checkpoint> checkpoint_;  // kept while matrices point into its mapping
 };

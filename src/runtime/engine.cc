@@ -68,7 +68,7 @@ Engine::Engine(const std::filesystem::path& dir, const EngineOptions& opt)
   cache_ = std::make_unique<HybridCache>(specs, co);
   // The step's activations and arena for the engine's limits: a prefill chunk (prefill()'s 512
   // tokens) or every sequence decoding at once. A larger step grows them once.
-  model_.reserve(scratch_, std::max(kPrefillChunk, opt.max_sequences), opt.max_sequences);
+  model_.reserve(scratch_, ctx_, std::max(kPrefillChunk, opt.max_sequences), opt.max_sequences);
   if (opt.mlock && mlockall(MCL_CURRENT) != 0) mlock_error_ = std::strerror(errno);
 }
 

@@ -10,6 +10,7 @@
 #include "base/thread_pool.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/kernels.h"
+#include "kernels/scratch.h"
 #include "tensor/dtype.h"
 
 #define HYBRIDLM_INLINE inline __attribute__((always_inline))
@@ -68,5 +69,11 @@ inline void parallel(const KernelContext& ctx, size_t n, size_t grain, FunctionR
   if (ctx.pool) ctx.pool->parallel_for(n, fn, grain);
   else fn(0, n);
 }
+
+// The per-thread scratch (ScratchFrame) of the kernels in matmul_cpu.cc (with the GEMM) and in
+// ssm_cpu.cc (with the AVX-512 scans and steps) for calls within `limits`; scratch_floats (the
+// table's entry) is the larger of the two.
+ScratchNeed matmul_scratch(const KernelLimits& limits);
+ScratchNeed ssm_scratch(const KernelLimits& limits);
 
 }  // namespace hybridlm::cpu

@@ -47,20 +47,14 @@ constexpr int kWidenMinTiles = 4;    // token tiles on a bf16 panel from which i
 static_assert(kNR == kPanelRows && kLanes == kPanelLanes, "a register tile reads one lane panel");
 constexpr int kBlockTokens = 516; // tokens packed at a time (43 tiles): <= 516 x K floats of scratch
 
-struct GemmScratch {
-  std::vector<float> a;     // packed activations (the calling thread's)
-  std::vector<float> b;     // packed row-major weight rows (each thread its own)
-  std::vector<float> lane;  // [lane class][kMR][kNR] sums of one register tile
-};
-GemmScratch& scratch() {
-  thread_local GemmScratch s;
-  return s;
+// Scratch (floats) of one call: packed activations of a block of tokens (the calling thread's),
+// and on every thread a weight panel (packed from row-major rows, or widened from bf16) and the
+// [lane class][kMR][kNR] sums of one register tile.
+size_t packed_tokens_floats(int T, int K) {
+  return static_cast<size_t>(kLanes) * panel_chunks(K) * kMR * ((std::min(T, kBlockTokens) + kMR - 1) / kMR);
 }
-
-float* grow(std::vector<float>& v, size_t n) {
-  if (v.size() < n) v.resize(n);
-  return v.data();
-}
+size_t panel_floats(int K) { return static_cast<size_t>(kLanes) * panel_chunks(K) * kNR; }
+constexpr size_t kLaneSums = static_cast<size_t>(kLanes) * kMR * kNR;
 
 // In-register transpose of a 16 x 16 block: r[i] lane j <- r[j] lane i.
 HYBRIDLM_AVX512 inline __attribute__((always_inline)) void transpose16(__m512 (&r)[16]) {
@@ -303,8 +297,9 @@ void gemm_lanes_avx512(const KernelContext& ctx, const WeightView& W, const floa
   if (N <= 0 || T <= 0) return;
   const bool bf16 = W.dtype == DType::BF16;
   const size_t tile_a = static_cast<size_t>(kLanes) * KS * kMR;
-  const size_t panel = static_cast<size_t>(kLanes) * KS * kNR;  // elements of one panel
-  float* a = grow(scratch().a, tile_a * ((std::min(T, kBlockTokens) + kMR - 1) / kMR));
+  const size_t panel = panel_floats(K);  // elements of one panel
+  ScratchFrame frame(ctx);
+  float* a = frame.take(packed_tokens_floats(T, K));
   const size_t n_panels = (static_cast<size_t>(N) + kNR - 1) / kNR;
   for (int t0 = 0; t0 < T; t0 += kBlockTokens) {
     const int nt = std::min(kBlockTokens, T - t0), n_tiles = (nt + kMR - 1) / kMR;
@@ -328,9 +323,10 @@ void gemm_lanes_avx512(const KernelContext& ctx, const WeightView& W, const floa
     const size_t block = std::max<size_t>({1, std::min<size_t>(4, n_items / n_threads), n_items / (8 * n_threads)});
     std::atomic<size_t> next_item{0};
     parallel(ctx, std::min(n_threads, n_items), 1, [&](size_t, size_t) {
-      GemmScratch& s = scratch();
-      float* lane = grow(s.lane, static_cast<size_t>(kLanes) * kMR * kNR);
-      int packed = -1;  // the panel in s.b, packed or widened (a block's items are consecutive)
+      ScratchFrame thread_frame(ctx);
+      float* lane = thread_frame.take(kLaneSums);
+      float* pb = nullptr;  // this thread's panel, taken at its first use
+      int packed = -1;  // the panel in pb, packed or widened (a block's items are consecutive)
       for (size_t w = 0, we = 0;; ++w) {
         if (w == we) {  // the next block
           w = next_item.fetch_add(block, std::memory_order_relaxed);
@@ -342,7 +338,7 @@ void gemm_lanes_avx512(const KernelContext& ctx, const WeightView& W, const floa
         const int i_begin = static_cast<int>(w % runs) * tiles_per_run;
         const int i_end = std::min(n_tiles, i_begin + tiles_per_run);
         if (i_begin >= i_end) continue;
-        // The panel's weights: in place (lane panels), or f32 in s.b, packed from row-major
+        // The panel's weights: in place (lane panels), or f32 in pb, packed from row-major
         // rows or, for many tiles on one bf16 panel (prefill), widened once instead of in every
         // tile. Tiles reading in place prefetch the block's next panel from the second tile on
         // (a second tile of up to 6 tokens, tile_group, does not: 13 to 18 tokens in all; with
@@ -355,7 +351,7 @@ void gemm_lanes_avx512(const KernelContext& ctx, const WeightView& W, const floa
           b16 = bf16;
           prefetch = w + 1 < we && (w + 1) / runs != p;
         } else {
-          float* pb = grow(s.b, panel);
+          if (!pb) pb = thread_frame.take(panel);
           if (packed != r0) {
             if (W.panels) widen_panel(static_cast<const uint16_t*>(W.data) + p * panel, panel, pb);
             else bf16 ? pack_rows<true>(W, KS, r0, pb) : pack_rows<false>(W, KS, r0, pb);
@@ -375,6 +371,12 @@ void gemm_lanes_avx512(const KernelContext& ctx, const WeightView& W, const floa
       }
     });
   }
+}
+
+ScratchNeed gemm_lanes_scratch(const KernelLimits& lim) {
+  const int K = lim.matmul_cols;
+  const size_t each = FloatArena::rounded(kLaneSums) + FloatArena::rounded(panel_floats(K));
+  return {FloatArena::rounded(packed_tokens_floats(lim.tokens, K)) + each, each};
 }
 
 }  // namespace hybridlm::cpu

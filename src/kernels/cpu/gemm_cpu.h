@@ -16,5 +16,8 @@ constexpr int kGemmMinTokens = 64;
 // y[t, r] = sum_k x[t, k] W[r, k] + bias[r] for W.dtype F32 or BF16 (row-major or panels).
 void gemm_lanes_avx512(const KernelContext& ctx, const WeightView& W, const float* bias, const float* x, int T,
                        float* y);
+// Its per-thread scratch for calls within `limits` (ctx.scratch): the packed activations on the
+// calling thread; a widened or packed weight panel and one tile's lane sums on every thread.
+ScratchNeed gemm_lanes_scratch(const KernelLimits& limits);
 
 }  // namespace hybridlm::cpu

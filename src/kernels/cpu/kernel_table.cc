@@ -1,9 +1,15 @@
 // The CPU kernel table, and the choice between it and the reference by name.
 #include "base/error.h"
+#include "kernels/cpu/cpu_common.h"
 #include "kernels/kernels.h"
 
 namespace hybridlm {
 namespace cpu {
+
+ScratchNeed scratch_floats(const KernelLimits& limits) {
+  return most(matmul_scratch(limits), ssm_scratch(limits));
+}
+
 #include "kernels/table.inc"
 }  // namespace cpu
 

@@ -121,27 +121,21 @@ HYBRIDLM_INLINE void q8_rows_generic(const WeightView& W, const float* bias, con
 }
 HYBRIDLM_SIMD_VARIANTS(q8_rows, q8_rows_generic)
 
-// The quantized activations of the calling thread's current matmul (grown, never shrunk: no
-// allocation per decode step once warm).
-struct Q8Scratch {
-  std::vector<int8_t> codes;
-  std::vector<float> scales;
-  std::vector<int32_t> bias_fix;
-};
-Q8Scratch& q8_scratch() {
-  thread_local Q8Scratch s;
-  return s;
+// The quantized activations of one q8_0 matmul (the calling thread's scratch): codes, scales and
+// the VNNI kernel's bias corrections of T rows of K.
+size_t q8_acts_floats(int T, int K) {
+  const size_t rows = static_cast<size_t>(T);
+  return FloatArena::rounded(ScratchFrame::floats_for<int8_t>(rows * q8_row_stride(K))) +
+         FloatArena::rounded(rows * q8_row_blocks(K)) +
+         FloatArena::rounded(ScratchFrame::floats_for<int32_t>(rows * q8_row_blocks(K)));
 }
 
 void matmul_q8(const KernelContext& ctx, const WeightView& W, const float* bias, const float* x, int T, float* y) {
   const int K = W.cols, ld = q8_row_stride(K), nb = q8_row_blocks(K);
-  Q8Scratch& s = q8_scratch();
-  if (s.codes.size() < static_cast<size_t>(T) * ld) s.codes.resize(static_cast<size_t>(T) * ld);
-  if (s.scales.size() < static_cast<size_t>(T) * nb) s.scales.resize(static_cast<size_t>(T) * nb);
-  if (s.bias_fix.size() < static_cast<size_t>(T) * nb) s.bias_fix.resize(static_cast<size_t>(T) * nb);
-  int8_t* codes = s.codes.data();
-  float* scales = s.scales.data();
-  int32_t* fix = s.bias_fix.data();
+  ScratchFrame frame(ctx);
+  int8_t* codes = frame.take_as<int8_t>(static_cast<size_t>(T) * ld);
+  float* scales = frame.take(static_cast<size_t>(T) * nb);
+  int32_t* fix = frame.take_as<int32_t>(static_cast<size_t>(T) * nb);
   quantize_q8_0_rows(ctx, x, T, K, codes, scales);
   const SimdPath path = simd_path();
   const bool vnni = has_avx512_vnni();
@@ -219,6 +213,10 @@ void matmul(const KernelContext& ctx, const WeightView& W, const float* bias, co
   const size_t n_groups = (static_cast<size_t>(W.rows) + kRowGroup - 1) / kRowGroup;
   if (ctx.pool) ctx.pool->parallel_for(n_groups, run, 2);
   else run(0, n_groups);
+}
+
+ScratchNeed matmul_scratch(const KernelLimits& lim) {
+  return most(gemm_lanes_scratch(lim), {q8_acts_floats(lim.tokens, lim.matmul_cols), 0});
 }
 
 }  // namespace hybridlm::cpu

@@ -62,6 +62,11 @@ bool mamba1_scan_avx512(const KernelContext&, const float*, int, const float*, c
   return false;
 }
 
+// No AVX-512 kernel runs, so none takes scratch.
+ScratchNeed ssd_scan_avx512_scratch(const KernelLimits&) { return {}; }
+ScratchNeed ssm_step_avx512_scratch(const KernelLimits&) { return {}; }
+ScratchNeed gemm_lanes_scratch(const KernelLimits&) { return {}; }
+
 void exp_avx512(const float*, size_t, float*) { unreachable("exp_avx512"); }
 
 void gemm_lanes_avx512(const KernelContext&, const WeightView&, const float*, const float*, int, float*) {

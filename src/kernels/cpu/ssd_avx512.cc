@@ -70,8 +70,17 @@ HYBRIDLM_AVX512 HYBRIDLM_INLINE void rows_accumulate(const float* const (&p)[R],
   }
 }
 
+// One head's working rows (a thread's scratch): the state transposed (N, P), L (kQ, kQ), the
+// chunk's weighted x (kQ, P), and s, e, w, d (kQ each).
 struct HeadScratch {
-  std::vector<float> st, L, xw, s, e, w, d;
+  float *st, *L, *xw, *s, *e, *w, *d;
+  HeadScratch(ScratchFrame& f, int N, int P)
+      : st(f.take(static_cast<size_t>(N) * P)), L(f.take(kQ * kQ)), xw(f.take(static_cast<size_t>(kQ) * P)),
+        s(f.take(kQ)), e(f.take(kQ)), w(f.take(kQ)), d(f.take(kQ)) {}
+  static size_t floats(int N, int P) {
+    return FloatArena::rounded(static_cast<size_t>(N) * P) + FloatArena::rounded(kQ * kQ) +
+           FloatArena::rounded(static_cast<size_t>(kQ) * P) + 4 * FloatArena::rounded(kQ);
+  }
 };
 
 // One head over all chunks. PV = head_dim / 16 vectors per row; rows of y and of the state are
@@ -81,15 +90,7 @@ HYBRIDLM_AVX512 void ssd_head(const float* x, int ld_x, const float* dt, float A
                               int ld_bc, float Dh, int nh, int h, int g, int N, int chunk, const float* cb_all,
                               float* Sh, int T, float* y, HeadScratch& hs) {
   constexpr int P = PV * 16;
-  hs.st.resize(static_cast<size_t>(N) * P);
-  hs.L.resize(kQ * kQ);
-  hs.xw.resize(static_cast<size_t>(kQ) * P);
-  hs.s.resize(kQ);
-  hs.e.resize(kQ);
-  hs.w.resize(kQ);
-  hs.d.resize(kQ);
-  float *st = hs.st.data(), *L = hs.L.data(), *xw = hs.xw.data(), *s = hs.s.data(), *e = hs.e.data(),
-        *w = hs.w.data(), *d = hs.d.data();
+  float *st = hs.st, *L = hs.L, *xw = hs.xw, *s = hs.s, *e = hs.e, *w = hs.w, *d = hs.d;
   for (int p = 0; p < P; ++p)
     for (int n = 0; n < N; ++n) st[n * P + p] = Sh[p * N + n];
   const float* Bg = B + static_cast<size_t>(g) * N;
@@ -196,6 +197,11 @@ HYBRIDLM_AVX512 void ssd_head(const float* x, int ld_x, const float* dt, float A
     for (int n = 0; n < N; ++n) Sh[p * N + n] = st[n * P + p];
 }
 
+// CB of every group and chunk: G x ceil(T / chunk) blocks of chunk x kQ.
+size_t cb_floats(int G, int T, int chunk) {
+  return static_cast<size_t>(G) * ((T + chunk - 1) / chunk) * chunk * kQ;
+}
+
 }  // namespace
 
 bool ssd_scan_avx512(const KernelContext& ctx, const float* x, int ld_x, const float* dt, const float* A,
@@ -204,22 +210,22 @@ bool ssd_scan_avx512(const KernelContext& ctx, const float* x, int ld_x, const f
   const int P = dm.head_dim, N = dm.d_state, nh = dm.n_heads, G = dm.n_groups;
   if ((P != 16 && P != 32 && P != 64 && P != 128) || chunk > kQ || chunk < 1 || T < 1) return false;
   const int n_chunks = (T + chunk - 1) / chunk, hpg = nh / G;
-  thread_local std::vector<float> cb_all;  // the calling thread's: [group][chunk][chunk rows][kQ]
   const size_t cb_size = static_cast<size_t>(chunk) * kQ;
-  if (cb_all.size() < static_cast<size_t>(G) * n_chunks * cb_size) cb_all.resize(static_cast<size_t>(G) * n_chunks * cb_size);
-  float* cbp = cb_all.data();
+  ScratchFrame frame(ctx);
+  float* cbp = frame.take(cb_floats(G, T, chunk));  // the calling thread's: [group][chunk][chunk rows][kQ]
   parallel(ctx, static_cast<size_t>(G) * n_chunks, 1, [&](size_t b, size_t e) {
-    thread_local std::vector<float> bt;
-    bt.resize(static_cast<size_t>(N) * kQ);
+    ScratchFrame thread_frame(ctx);
+    float* bt = thread_frame.take(static_cast<size_t>(N) * kQ);
     for (size_t it = b; it < e; ++it) {
       const int g = static_cast<int>(it) / n_chunks, ci = static_cast<int>(it) % n_chunks;
       const int c0 = ci * chunk, Q = std::min(chunk, T - c0);
       const size_t row0 = static_cast<size_t>(c0) * ld_bc + static_cast<size_t>(g) * N;
-      chunk_cb(B + row0, C + row0, ld_bc, N, Q, bt.data(), cbp + it * cb_size);
+      chunk_cb(B + row0, C + row0, ld_bc, N, Q, bt, cbp + it * cb_size);
     }
   });
   parallel(ctx, static_cast<size_t>(nh), 1, [&](size_t hb, size_t he) {
-    thread_local HeadScratch hs;
+    ScratchFrame thread_frame(ctx);
+    HeadScratch hs(thread_frame, N, P);
     for (size_t hh = hb; hh < he; ++hh) {
       const int h = static_cast<int>(hh), g = h / hpg;
       const float* cbg = cbp + static_cast<size_t>(g) * n_chunks * cb_size;
@@ -233,6 +239,16 @@ bool ssd_scan_avx512(const KernelContext& ctx, const float* x, int ld_x, const f
     }
   });
   return true;
+}
+
+ScratchNeed ssd_scan_avx512_scratch(const KernelLimits& lim) {
+  if (lim.head_dim == 0) return {};
+  const int chunk = std::clamp(lim.ssd_chunk, 1, kQ);  // larger chunks run the portable kernel
+  const size_t each =
+      std::max(FloatArena::rounded(static_cast<size_t>(lim.d_state) * kQ), HeadScratch::floats(lim.d_state, lim.head_dim));
+  // A call's chunk is at most `chunk`, so its ceil(T / chunk) chunks span at most T + chunk - 1 rows.
+  const size_t cb = static_cast<size_t>(std::max(lim.n_groups, 1)) * (lim.tokens + chunk - 1) * kQ;
+  return {FloatArena::rounded(cb) + each, each};
 }
 
 }  // namespace hybridlm::cpu

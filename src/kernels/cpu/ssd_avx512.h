@@ -11,4 +11,8 @@ bool ssd_scan_avx512(const KernelContext& ctx, const float* x, int ld_x, const f
                      const float* B, const float* C, int ld_bc, const float* D, const SsdDims& dims, int chunk,
                      float* S, int T, float* y);
 
+// Its per-thread scratch for calls within `limits` (ctx.scratch): CB of every chunk on the calling
+// thread, a head's working rows on every thread.
+ScratchNeed ssd_scan_avx512_scratch(const KernelLimits& limits);
+
 }  // namespace hybridlm::cpu

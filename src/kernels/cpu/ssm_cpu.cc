@@ -52,13 +52,13 @@ HYBRIDLM_SIMD_VARIANTS(gated, gated_rows)
 // ---- causal depthwise conv ---------------------------------------------------------------------
 // For channels [cb, ce): out[t, c] = sum_k w[c, k] * in(t - (K-1) + k, c), where in(j < 0) comes
 // from the state. Channels are independent, so threads split them.
+inline size_t conv_taps_floats(int K, size_t channels) { return static_cast<size_t>(K) * channels; }
 HYBRIDLM_INLINE void conv_channels(const float* x, int ld_x, const float* w, const float* bias,
                                    float* state, int T, int C, int K, bool act, float* out,
-                                   size_t cb, size_t ce) {
-  // The taps as (K, channels): w is (C, K), and a stride-K read per channel does not vectorise.
-  thread_local std::vector<float> wt;
+                                   size_t cb, size_t ce, float* wt) {
+  // wt: the taps as (K, channels) (w is (C, K), and a stride-K read per channel does not
+  // vectorise): conv_taps_floats of scratch.
   const size_t nc = ce - cb;
-  wt.resize(static_cast<size_t>(K) * nc);
   for (size_t c = cb; c < ce; ++c)
     for (int k = 0; k < K; ++k) wt[static_cast<size_t>(k) * nc + (c - cb)] = w[c * K + k];
   for (int t = 0; t < T; ++t) {
@@ -68,7 +68,7 @@ HYBRIDLM_INLINE void conv_channels(const float* x, int ld_x, const float* w, con
       const int j = t - (K - 1) + k;
       const float* src = j < 0 ? state + static_cast<size_t>(K - 1 + j) * C
                                : x + static_cast<size_t>(j) * ld_x;
-      const float* wk = wt.data() + static_cast<size_t>(k) * nc;
+      const float* wk = wt + static_cast<size_t>(k) * nc;
       for (size_t c = cb; c < ce; ++c) o[c] += wk[c - cb] * src[c];
     }
     if (act) for (size_t c = cb; c < ce; ++c) o[c] = vsilu(o[c]);
@@ -92,14 +92,13 @@ HYBRIDLM_SIMD_VARIANTS(conv, conv_channels)
 // (N, 16) so that every step is a lane-wise update with no reduction across lanes, and each
 // channel's arithmetic is the same whichever lane or thread it lands on.
 constexpr int kLanes = 16;
+inline size_t m1_block_floats(int N) { return static_cast<size_t>(N) * kLanes; }
 template <class St>
 HYBRIDLM_INLINE void m1_channels(const float* x, int ld_x, const float* dt, const float* A,
                                  const float* B, const float* C, int ld_bc, const float* D,
                                  const float* z, int ld_z, St* h, int T, int I, int N, float* y,
-                                 size_t ib, size_t ie) {
-  thread_local std::vector<float> hT, AT;
-  hT.resize(static_cast<size_t>(N) * kLanes);
-  AT.resize(static_cast<size_t>(N) * kLanes);
+                                 size_t ib, size_t ie, float* hT, float* AT) {
+  // hT, AT: a block's state and A transposed, (N, 16) each.
   for (size_t i0 = ib; i0 < ie; i0 += kLanes) {
     const int nl = static_cast<int>(std::min<size_t>(kLanes, ie - i0));
     for (int n = 0; n < N; ++n)
@@ -119,8 +118,8 @@ HYBRIDLM_INLINE void m1_channels(const float* x, int ld_x, const float* dt, cons
       const float* Bt = B + static_cast<size_t>(t) * ld_bc;
       const float* Ct = C + static_cast<size_t>(t) * ld_bc;
       for (int n = 0; n < N; ++n) {
-        float* hn = hT.data() + n * kLanes;
-        const float* an = AT.data() + n * kLanes;
+        float* hn = hT + n * kLanes;
+        const float* an = AT + n * kLanes;
         const float b = Bt[n], c = Ct[n];
         for (int l = 0; l < kLanes; ++l) {
           hn[l] = vexp(d[l] * an[l]) * hn[l] + dx[l] * b;
@@ -145,12 +144,9 @@ HYBRIDLM_SIMD_VARIANTS(m1, m1_channels)
 HYBRIDLM_INLINE void ssd_heads(const float* x, int ld_x, const float* dt, const float* A,
                                const float* B, const float* C, int ld_bc, const float* D,
                                const SsdDims& dm, int chunk, float* S, int T, float* y,
-                               size_t hb, size_t he) {
+                               size_t hb, size_t he, float* s, float* L, float* wj) {
+  // s, wj: (chunk); L: (chunk, chunk).
   const int nh = dm.n_heads, P = dm.head_dim, N = dm.d_state, hpg = nh / dm.n_groups;
-  thread_local std::vector<float> s, L, wj;
-  s.resize(chunk);
-  L.resize(static_cast<size_t>(chunk) * chunk);
-  wj.resize(chunk);
   for (size_t h = hb; h < he; ++h) {
     const size_t g = h / hpg;
     float* Sh = S + h * P * N;
@@ -214,10 +210,9 @@ HYBRIDLM_SIMD_VARIANTS(softplus, softplus_range)
 template <class St>
 HYBRIDLM_INLINE void ssd_step_heads(const float* x, const float* dt, const float* A, const float* B,
                                     const float* C, const float* D, const SsdDims& dm, St* S, float* y,
-                                    size_t hb, size_t he) {
+                                    size_t hb, size_t he, float* wide) {
+  // wide (N): with bf16 storage, one row of the state, updated, in f32.
   const int P = dm.head_dim, N = dm.d_state, hpg = dm.n_heads / dm.n_groups;
-  thread_local std::vector<float> wide;  // bf16 storage: one row of the state, updated, in f32
-  if constexpr (!std::is_same_v<St, float>) wide.resize(N);
   for (size_t h = hb; h < he; ++h) {
     const float* Bg = B + (h / hpg) * N;
     const float* Cg = C + (h / hpg) * N;
@@ -227,7 +222,7 @@ HYBRIDLM_INLINE void ssd_step_heads(const float* x, const float* dt, const float
       const float xv = x[h * P + p], dx = dt[h] * xv;
       float* row;
       if constexpr (std::is_same_v<St, float>) row = Sp;
-      else row = wide.data();
+      else row = wide;
       for (int n = 0; n < N; ++n) row[n] = decay * widen(Sp[n]) + dx * Bg[n];
       y[h * P + p] = vdot(row, Cg, N) + D[h] * xv;
       if constexpr (!std::is_same_v<St, float>)
@@ -260,7 +255,8 @@ void conv1d_causal(const KernelContext& ctx, const float* x, int ld_x, const flo
   if (T == 1 && simd_path() == SimdPath::Avx512 && conv_step_avx512(ctx, x, w, bias, state, C, K, apply_silu, out))
     return;
   parallel(ctx, C, 64, [&](size_t b, size_t e) {
-    conv_dispatch(x, ld_x, w, bias, state, T, C, K, apply_silu, out, b, e);
+    ScratchFrame frame(ctx);
+    conv_dispatch(x, ld_x, w, bias, state, T, C, K, apply_silu, out, b, e, frame.take(conv_taps_floats(K, e - b)));
   });
 }
 
@@ -275,7 +271,10 @@ void m1_scan(const KernelContext& ctx, const float* x, int ld_x, const float* dt
       mamba1_scan_avx512(ctx, x, ld_x, dt, A, B, C, ld_bc, D, z, ld_z, h, T, I, N, y))
     return;
   parallel(ctx, I, 16, [&](size_t b, size_t e) {
-    m1_dispatch(x, ld_x, dt, A, B, C, ld_bc, D, z, ld_z, h, T, I, N, y, b, e);
+    ScratchFrame frame(ctx);
+    float* hT = frame.take(m1_block_floats(N));
+    float* AT = frame.take(m1_block_floats(N));
+    m1_dispatch(x, ld_x, dt, A, B, C, ld_bc, D, z, ld_z, h, T, I, N, y, b, e, hT, AT);
   });
 }
 }  // namespace
@@ -298,7 +297,11 @@ void ssd_scan(const KernelContext& ctx, const float* x, int ld_x, const float* d
       ssd_scan_avx512(ctx, x, ld_x, dt, A, B, C, ld_bc, D, dims, chunk, S, T, y))
     return;
   parallel(ctx, dims.n_heads, 1, [&](size_t b, size_t e) {
-    ssd_dispatch(x, ld_x, dt, A, B, C, ld_bc, D, dims, chunk, S, T, y, b, e);
+    ScratchFrame frame(ctx);
+    float* s = frame.take(static_cast<size_t>(chunk));
+    float* L = frame.take(static_cast<size_t>(chunk) * chunk);
+    float* wj = frame.take(static_cast<size_t>(chunk));
+    ssd_dispatch(x, ld_x, dt, A, B, C, ld_bc, D, dims, chunk, S, T, y, b, e, s, L, wj);
   });
 }
 
@@ -308,7 +311,8 @@ void step_any(const KernelContext& ctx, const float* x, const float* dt, const f
           const float* D, const SsdDims& dims, St* S, float* y) {
   if (simd_path() == SimdPath::Avx512 && ssd_step_avx512(ctx, x, dt, A, B, C, D, dims, S, y)) return;
   parallel(ctx, dims.n_heads, 4, [&](size_t b, size_t e) {
-    ssd_step_loops_dispatch(x, dt, A, B, C, D, dims, S, y, b, e);
+    ScratchFrame frame(ctx);
+    ssd_step_loops_dispatch(x, dt, A, B, C, D, dims, S, y, b, e, frame.take(static_cast<size_t>(dims.d_state)));
   });
 }
 }  // namespace
@@ -345,6 +349,15 @@ void embedding(const WeightView& E, const int32_t* ids, int T, float* out) {
       std::memcpy(o, static_cast<const float*>(E.data) + row, sizeof(float) * E.cols);
     }
   }
+}
+
+ScratchNeed ssm_scratch(const KernelLimits& lim) {
+  const size_t chunk = static_cast<size_t>(lim.ssd_chunk);
+  const size_t each = std::max({FloatArena::rounded(conv_taps_floats(lim.conv_width, lim.conv_channels)),
+                                2 * FloatArena::rounded(m1_block_floats(lim.d_state)),
+                                2 * FloatArena::rounded(chunk) + FloatArena::rounded(chunk * chunk),
+                                FloatArena::rounded(static_cast<size_t>(lim.d_state))});
+  return most(most({each, each}, ssd_scan_avx512_scratch(lim)), ssm_step_avx512_scratch(lim));
 }
 
 }  // namespace hybridlm::cpu

@@ -86,10 +86,9 @@ bool step(const KernelContext& ctx, const float* x, const float* dt, const float
 // channel's row is read, updated, dotted with C and written back in one pass.
 template <class St>
 HYBRIDLM_AVX512 void m1_step_channels(const float* x, const float* dt, const float* A, const float* B, const float* C,
-                                      const float* D, const float* z, St* h, int N, float* y, size_t ib, size_t ie) {
-  thread_local std::vector<float> decay;
-  decay.resize(static_cast<size_t>(16) * N);
-  float* dA = decay.data();
+                                      const float* D, const float* z, St* h, int N, float* y, size_t ib, size_t ie,
+                                      float* dA) {
+  // dA: the decays of 16 channels, (16, N).
   for (size_t i0 = ib; i0 < ie; i0 += 16) {
     const size_t nc = std::min<size_t>(16, ie - i0);
     for (size_t c = 0; c < nc; ++c) {
@@ -252,7 +251,10 @@ template <class St>
 bool m1_step(const KernelContext& ctx, const float* x, const float* dt, const float* A, const float* B, const float* C,
              const float* D, const float* z, St* h, int I, int N, float* y) {
   if (N % 16 != 0) return false;
-  parallel(ctx, I, 16, [&](size_t b, size_t e) { m1_step_channels(x, dt, A, B, C, D, z, h, N, y, b, e); });
+  parallel(ctx, I, 16, [&](size_t b, size_t e) {
+    ScratchFrame frame(ctx);
+    m1_step_channels(x, dt, A, B, C, D, z, h, N, y, b, e, frame.take(static_cast<size_t>(16) * N));
+  });
   return true;
 }
 
@@ -298,6 +300,11 @@ bool mamba1_scan_avx512(const KernelContext& ctx, const float* x, int ld_x, cons
                         const float* B, const float* C, int ld_bc, const float* D, const float* z, int ld_z,
                         uint16_t* h, int T, int I, int N, float* y) {
   return m1_scan_any(ctx, x, ld_x, dt, A, B, C, ld_bc, D, z, ld_z, h, T, I, N, y);
+}
+
+ScratchNeed ssm_step_avx512_scratch(const KernelLimits& lim) {
+  const size_t each = FloatArena::rounded(static_cast<size_t>(16) * lim.d_state);  // m1_step_channels
+  return {each, each};
 }
 
 }  // namespace hybridlm::cpu

@@ -42,4 +42,7 @@ bool mamba1_scan_avx512(const KernelContext& ctx, const float* x, int ld_x, cons
                         const float* B, const float* C, int ld_bc, const float* D, const float* z, int ld_z,
                         uint16_t* h, int T, int I, int N, float* y);
 
+// The per-thread scratch of these kernels for calls within `limits` (ctx.scratch).
+ScratchNeed ssm_step_avx512_scratch(const KernelLimits& limits);
+
 }  // namespace hybridlm::cpu

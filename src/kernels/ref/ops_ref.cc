@@ -315,6 +315,9 @@ void activation(const KernelContext&, Activation act, const float* a, const floa
 
 namespace hybridlm {
 namespace ref {
+// The reference kernels keep their working memory in plain vectors of each call (they are the
+// oracle, written for clarity; a model run on them allocates per step).
+ScratchNeed scratch_floats(const KernelLimits&) { return {}; }
 #include "kernels/table.inc"
 }  // namespace ref
 

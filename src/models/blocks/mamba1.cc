@@ -1,5 +1,6 @@
 #include "models/blocks/mamba1.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/kernels.h"
@@ -13,6 +14,11 @@ class Mamba1Mixer final : public MixerOf<Mamba1Spec, Mamba1Weights, load_mamba1>
   using MixerOf::MixerOf;
   LayerCacheSpec cache_spec() const override { return {LayerCacheKind::Mamba, mamba1_state_spec(s_), {}}; }
   bool bf16_state_in_place() const override { return true; }
+  void kernel_limits(KernelLimits& lim) const override {
+    lim.conv_channels = std::max(lim.conv_channels, s_.d_inner);
+    lim.conv_width = std::max(lim.conv_width, s_.d_conv);
+    lim.d_state = std::max(lim.d_state, s_.d_state);
+  }
   size_t scratch_floats(int T) const override {
     FloatArena count;
     mamba1_buffers(s_, T, count);

@@ -24,6 +24,10 @@ class ParallelMixer final : public Mixer {
     return s;
   }
   bool bf16_state_in_place() const override { return a_->bf16_state_in_place() || b_->bf16_state_in_place(); }
+  void kernel_limits(KernelLimits& lim) const override {
+    a_->kernel_limits(lim);
+    b_->kernel_limits(lim);
+  }
   size_t scratch_floats(int T) const override {
     FloatArena count;
     count.take(static_cast<size_t>(T) * H_);

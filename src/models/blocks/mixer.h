@@ -30,6 +30,9 @@ class Mixer {
   virtual bool bf16_state_in_place() const { return false; }
   // Floats of scratch forward() takes from the arena for a step of T tokens.
   virtual size_t scratch_floats(int T) const = 0;
+  // Widens `lim` to the shapes forward() hands the conv and scan kernels (the kernels' scratch is
+  // sized from them; matmul widths come from the tensors). None for kinds that call neither.
+  virtual void kernel_limits(KernelLimits& lim) const { (void)lim; }
   // out: (T, H) = mixer(u: (T, H)). `runs` partition the T rows and carry each sequence's cache;
   // scratch comes from `arena` (at least scratch_floats(T) free).
   virtual void forward(const KernelContext& ctx, const float* u, int T, std::span<const SeqRun> runs,

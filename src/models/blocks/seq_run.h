@@ -34,7 +34,9 @@ void for_each_run(const KernelContext& ctx, std::span<const SeqRun> runs, Fn&& f
     for (const SeqRun& r : runs) fn(ctx, r);
     return;
   }
-  const KernelContext one{nullptr, ctx.ops};  // the same kernels, on the calling thread
+  // The same kernels and scratch, on the calling thread: each thread is then a kernel's caller
+  // (thread 0's share of the scratch, for one token: Model::reserve_kernels).
+  const KernelContext one{nullptr, ctx.ops, ctx.scratch};
   ctx.pool->parallel_for(runs.size(), [&](size_t b, size_t e) {
     for (size_t i = b; i < e; ++i) fn(one, runs[i]);
   });

@@ -25,6 +25,10 @@ class ShortConvMixer final : public MixerOf<ShortConvSpec, ShortConvWeights, loa
  public:
   using MixerOf::MixerOf;
   LayerCacheSpec cache_spec() const override { return {LayerCacheKind::Conv, short_conv_state_spec(s_, H_), {}}; }
+  void kernel_limits(KernelLimits& lim) const override {
+    lim.conv_channels = std::max(lim.conv_channels, H_);
+    lim.conv_width = std::max(lim.conv_width, s_.d_conv);
+  }
   size_t scratch_floats(int T) const override {
     FloatArena count;
     short_conv_buffers(H_, T, count);
