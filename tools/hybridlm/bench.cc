@@ -11,11 +11,19 @@
 #include <immintrin.h>
 #endif
 
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
 #include <memory>
 #include <random>
+#include <span>
 #include <vector>
 
 #include "base/error.h"
@@ -125,147 +133,496 @@ double fma_peak_gflops(ThreadPool&) { return 0; }
 double vnni_peak_gops(ThreadPool&) { return 0; }
 #endif
 
-struct Row {
-  std::string test;
-  Stat tps;
-  double rate = 0;             // GB/s of weights (tg) or GFLOP/s (pp)
-  double rate_with_state = 0;  // tg: GB/s of weights + every sequence's state read and written
+// The machine's peaks at one thread count: read bandwidth (GB/s) and the FP32 FMA peak (GFLOP/s)
+// or, for q8_0 weights, the int8 VNNI peak (GOP/s); 0 where not measured.
+struct Peaks {
+  double bandwidth = 0, compute = 0;
 };
+
+bool write_all(int fd, const void* data, size_t n) {
+  const char* p = static_cast<const char*>(data);
+  while (n > 0) {
+    const ssize_t w = write(fd, p, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return false;
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+  return true;
+}
+
+// The peaks at each of `threads`, measured in a forked child process so that the probe's 1 GiB
+// read buffer never counts in this process's peak RSS (getrusage's ru_maxrss, which the report
+// shows for the model). Linux can also reset the peak (`echo 5 > /proc/self/clear_refs`, since
+// 4.0, resets ru_maxrss with VmHWM), but a child needs neither /proc nor a kernel version, and it
+// keeps the probe's pages out of this process altogether. It runs before any engine exists, so the
+// process forked has one thread.
+std::vector<Peaks> probe_machine(const std::vector<int>& threads, bool q8) {
+  int fd[2];
+  check(pipe(fd) == 0, "bench: cannot create a pipe for the peak probe: ", std::strerror(errno));
+  std::fflush(stdout);  // nothing buffered is written twice (the child ends with _exit anyway)
+  std::fflush(stderr);
+  const pid_t pid = fork();
+  if (pid < 0) {
+    const int err = errno;
+    close(fd[0]);
+    close(fd[1]);
+    throw_error("bench: cannot fork the peak probe: ", std::strerror(err), " (--no-probe skips it)");
+  }
+  if (pid == 0) {  // the child: measure, write the peaks, and leave without running any destructor
+    close(fd[0]);
+    bool ok = true;
+    try {
+      for (int t : threads) {
+        ThreadPool pool(t);
+        const Peaks p{read_bandwidth_gbs(pool), q8 ? vnni_peak_gops(pool) : fma_peak_gflops(pool)};
+        ok = ok && write_all(fd[1], &p, sizeof p);
+      }
+    } catch (...) {
+      ok = false;
+    }
+    _exit(ok ? 0 : 1);
+  }
+  close(fd[1]);
+  std::vector<Peaks> peaks(threads.size());
+  char* at = reinterpret_cast<char*>(peaks.data());
+  size_t left = peaks.size() * sizeof(Peaks);
+  while (left > 0) {
+    const ssize_t r = read(fd[0], at, left);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    at += r;
+    left -= static_cast<size_t>(r);
+  }
+  close(fd[0]);
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  const bool exited = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  check(exited && left == 0, "bench: the peak probe failed (",
+        WIFSIGNALED(status) ? std::string("killed by signal ") + std::to_string(WTERMSIG(status))
+                            : "exit status " + std::to_string(WEXITSTATUS(status)),
+        "; a 1 GiB buffer may not fit): --no-probe skips it");
+  return peaks;
+}
+
+// The CPU's largest cache in bytes as the OS reports it (0 when unknown).
+double last_level_cache_bytes() {
+  long b = 0;
+#if defined(_SC_LEVEL3_CACHE_SIZE)
+  b = sysconf(_SC_LEVEL3_CACHE_SIZE);
+  if (b <= 0) b = sysconf(_SC_LEVEL2_CACHE_SIZE);
+#endif
+  return b > 0 ? static_cast<double>(b) : 0.0;
+}
+
+// 129140736 -> "129.14 M", as llama-bench's params column.
+std::string format_count(double n) {
+  const char* units[] = {"", " K", " M", " B"};
+  int u = 0;
+  while (n >= 1000 && u < 3) {
+    n /= 1000;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u ? "%.2f%s" : "%.0f%s", n, units[u]);
+  return buf;
+}
+
+// The model's name: its directory's last component ("/data/mamba2-130m/" -> "mamba2-130m").
+std::string model_name(const std::string& dir) {
+  std::filesystem::path p = std::filesystem::absolute(dir).lexically_normal();
+  if (!p.has_filename()) p = p.parent_path();
+  return p.filename().string();
+}
+
+std::string json_quote(const std::string& s) {
+  std::string out = "\"";
+  for (unsigned char ch : s) {
+    if (ch == '"' || ch == '\\') {
+      out += '\\';
+      out += static_cast<char>(ch);
+    } else if (ch < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", ch);
+      out += buf;
+    } else {
+      out += static_cast<char>(ch);
+    }
+  }
+  return out + "\"";
+}
+
+std::string csv_quote(const std::string& s) {
+  if (s.find_first_of(",\"\r\n") == std::string::npos) return s;
+  std::string out = "\"";
+  for (char ch : s) out += ch == '"' ? std::string("\"\"") : std::string(1, ch);
+  return out + "\"";
+}
+
+std::string fixed(double v, int decimals) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
+  return buf;
+}
+
+// What every row shares: the model and the cache storage of the run.
+struct RunInfo {
+  std::string name, family, dtype, state_dtype, kv_dtype;
+  double params = 0, weight_bytes = 0, state_bytes = 0, kv_bytes_per_token = 0;
+  bool q8 = false;  // pp is measured against the int8 VNNI peak
+};
+
+// One test's result.
+struct Row {
+  int n_prompt = 0, n_gen = 0;  // exactly one is > 0: a pp or a tg test
+  int threads = 0, batch = 1;
+  Stat tps;
+  double rate = 0;             // pp: GFLOP/s (GOP/s at q8_0); tg: GB/s of weights
+  double rate_with_state = 0;  // tg: GB/s of weights + every sequence's state read and written
+  double bytes_per_step = 0, bytes_with_state = 0;  // tg: what those rates count per step
+  Peaks peaks;
+  double peak_rss = 0;  // this process's peak RSS after the test
+  bool pp() const { return n_prompt > 0; }
+  std::string test() const { return pp() ? "pp" + std::to_string(n_prompt) : "tg" + std::to_string(n_gen); }
+};
+
+// One output column of csv, json and jsonl; an empty value is "not applicable" (a blank csv cell,
+// a key left out of the JSON object). Numbers are written unquoted.
+struct Field {
+  const char* key;
+  std::string value;
+  bool text = false;
+};
+
+std::vector<Field> fields_of(const RunInfo& in, const Row& r, bool probe) {
+  const bool pp = r.pp();
+  std::vector<Field> f = {
+      {"model", in.name, true},
+      {"parameters", fixed(in.params, 0)},
+      {"weight_bytes", fixed(in.weight_bytes, 0)},
+      {"family", in.family, true},
+      {"dtype", in.dtype, true},
+      {"test", r.test(), true},
+      {"n_prompt", std::to_string(r.n_prompt)},
+      {"n_gen", std::to_string(r.n_gen)},
+      {"threads", std::to_string(r.threads)},
+      {"batch", std::to_string(r.batch)},
+      {"tokens_per_second", fixed(r.tps.mean, 3)},
+      {"stddev", fixed(r.tps.sd, 3)},
+      {"gflops", pp ? fixed(r.rate, 2) : ""},
+      {"gbps", pp ? "" : fixed(r.rate, 2)},
+      {"gbps_with_state", pp ? "" : fixed(r.rate_with_state, 2)},
+  };
+  if (probe) {
+    f.push_back({"peak_gflops", pp ? fixed(r.peaks.compute, 2) : ""});
+    f.push_back({"peak_is_int8", pp ? (in.q8 ? "1" : "0") : ""});
+    f.push_back({"peak_gbps", pp ? "" : fixed(r.peaks.bandwidth, 2)});
+  }
+  f.push_back({"state_dtype", in.state_dtype, true});
+  f.push_back({"state_bytes_per_sequence", fixed(in.state_bytes, 0)});
+  f.push_back({"kv_dtype", in.kv_dtype, true});
+  f.push_back({"kv_bytes_per_token", fixed(in.kv_bytes_per_token, 0)});
+  f.push_back({"peak_rss_bytes", fixed(r.peak_rss, 0)});
+  return f;
+}
+
+std::string json_object(const std::vector<Field>& fields) {
+  std::string s = "{";
+  for (const Field& f : fields) {
+    if (f.value.empty()) continue;
+    if (s.size() > 1) s += ", ";
+    s += json_quote(f.key) + ": " + (f.text ? json_quote(f.value) : f.value);
+  }
+  return s + "}";
+}
+
+// Writes the report as the tests finish (llama-bench prints each row when it is done).
+class Report {
+ public:
+  Report(BenchOutput out, bool probe) : out_(out), probe_(probe) {}
+
+  // The peaks measured at each of `threads` (the markdown report opens with them).
+  void set_peaks(const std::vector<int>& threads, const std::vector<Peaks>& peaks, bool q8) {
+    threads_ = threads;
+    peaks_ = peaks;
+    q8_ = q8;
+  }
+
+  void row(const RunInfo& in, const Row& r) {
+    if (rows_ == 0) begin();
+    switch (out_) {
+      case BenchOutput::Markdown:
+        markdown_row(in, r);
+        break;
+      case BenchOutput::Csv: {
+        const std::vector<Field> f = fields_of(in, r, probe_);
+        std::string line;
+        if (rows_ == 0) {
+          for (const Field& x : f) line += (line.empty() ? "" : ",") + std::string(x.key);
+          std::printf("%s\n", line.c_str());
+          line.clear();
+        }
+        for (size_t i = 0; i < f.size(); ++i) line += (i ? "," : "") + csv_quote(f[i].value);
+        std::printf("%s\n", line.c_str());
+        break;
+      }
+      case BenchOutput::Json:
+        std::printf("%s\n  %s", rows_ ? "," : "", json_object(fields_of(in, r, probe_)).c_str());
+        break;
+      case BenchOutput::Jsonl:
+        std::printf("%s\n", json_object(fields_of(in, r, probe_)).c_str());
+        break;
+    }
+    ++rows_;
+    std::fflush(stdout);
+  }
+
+  // Markdown: the footnotes of percentages above 100%, then the cache and memory of the run.
+  void end(const RunInfo& in, double peak_rss) {
+    if (rows_ == 0) begin();
+    if (out_ == BenchOutput::Json) std::printf("\n]\n");
+    if (out_ != BenchOutput::Markdown) return;
+    if (in_cache_)
+      std::printf("† above 100%%: the bytes read per decode step (weights %s, plus state) fit in the CPU's last-level "
+                  "cache (%s as the OS reports it), so decode reads them from cache while the bandwidth probe reads "
+                  "1 GiB from memory\n",
+                  format_bytes(in.weight_bytes).c_str(), format_bytes(last_level_cache_bytes()).c_str());
+    if (over_probe_)
+      std::printf("‡ above 100%%: the test outpaced the peak its probe measured at the start of the run; on a shared "
+                  "host a single probe swings widely (docs/benchmarks.md)\n");
+    std::printf("state per sequence: %s at %s (read and written once per decode step)\n",
+                format_bytes(in.state_bytes).c_str(), in.state_dtype.c_str());
+    if (in.kv_dtype != "none")
+      std::printf("kv per token: %s at %s\n", format_bytes(in.kv_bytes_per_token).c_str(), in.kv_dtype.c_str());
+    std::printf("peak RSS: %s (weights %s%s)\n", format_bytes(peak_rss).c_str(), format_bytes(in.weight_bytes).c_str(),
+                probe_ ? "; the peak probe ran in a child process, not counted" : "");
+  }
+
+ private:
+  // Written with the first row, so that a run that fails before it (a bad model directory) leaves
+  // stdout empty.
+  void begin() {
+    if (out_ == BenchOutput::Markdown) {
+      for (size_t i = 0; i < threads_.size() && probe_; ++i)
+        std::printf("machine (same run, %d threads): read bandwidth %.1f GB/s, %s %.0f G%s/s\n", threads_[i],
+                    peaks_[i].bandwidth, q8_ ? "int8 VNNI peak" : "FP32 FMA peak", peaks_[i].compute,
+                    q8_ ? "OP" : "FLOP");
+      std::printf("| model | size | params | family | dtype | threads | batch | test | t/s | achieved |%s with state |\n",
+                  probe_ ? " of peak |" : "");
+      std::printf("|---|---:|---:|---|---|---:|---:|---|---:|---:|%s---:|\n", probe_ ? "---:|" : "");
+    } else if (out_ == BenchOutput::Json) {
+      std::printf("[");
+    }
+  }
+
+  // `v` as a percentage of `base`; above 100% it carries the footnote mark that says why: † when
+  // the `bytes` read per step fit in the last-level cache (tg), ‡ otherwise.
+  std::string pct(double v, double base, double bytes) {
+    if (base <= 0) return "-";
+    const double p = 100 * v / base;
+    std::string s = std::to_string(static_cast<long long>(p + 0.5)) + "%";
+    if (p <= 100) return s;
+    const double llc = last_level_cache_bytes();
+    if (bytes > 0 && llc > 0 && bytes <= llc) {
+      in_cache_ = true;
+      return s + " †";
+    }
+    over_probe_ = true;
+    return s + " ‡";
+  }
+
+  void markdown_row(const RunInfo& in, const Row& r) {
+    const bool pp = r.pp();
+    std::string of_peak, with_state = "-";
+    if (probe_) {
+      of_peak = " " + (pp ? pct(r.rate, r.peaks.compute, 0) : pct(r.rate, r.peaks.bandwidth, r.bytes_per_step)) + " |";
+    }
+    if (!pp) {
+      with_state = fixed(r.rate_with_state, 1) + " GB/s";
+      if (probe_) with_state += " (" + pct(r.rate_with_state, r.peaks.bandwidth, r.bytes_with_state) + ")";
+    }
+    std::printf("| %s | %s | %s | %s | %s | %d | %d | %s | %.2f ± %.2f | %.1f %s |%s %s |\n", in.name.c_str(),
+                format_bytes(in.weight_bytes).c_str(), format_count(in.params).c_str(), in.family.c_str(),
+                in.dtype.c_str(), r.threads, r.batch, r.test().c_str(), r.tps.mean, r.tps.sd, r.rate,
+                pp ? (in.q8 ? "GOP/s" : "GFLOP/s") : "GB/s", of_peak.c_str(), with_state.c_str());
+  }
+
+  BenchOutput out_;
+  bool probe_;
+  std::vector<int> threads_;
+  std::vector<Peaks> peaks_;
+  bool q8_ = false;
+  int rows_ = 0;
+  bool in_cache_ = false, over_probe_ = false;  // which footnotes the table needs
+};
+
+// The sizes of a sweep without its 0s (-p 0: no pp tests).
+std::vector<int> nonzero(const std::vector<int>& v) {
+  std::vector<int> out;
+  for (int x : v)
+    if (x > 0) out.push_back(x);
+  return out;
+}
 
 }  // namespace
 
-int run_bench(const BenchOptions& o) {
-  check(o.prompt_tokens >= 1 && o.gen_tokens >= 1, "bench: -p and -n must be >= 1");
-  check(o.reps >= 1 && o.reps <= 100, "bench: -r must be in [1, 100]");
-  check(o.batch >= 1 && o.batch <= 1024, "bench: --batch must be in [1, 1024]");
-  EngineOptions eo = o.engine;
-  eo.max_sequences = o.batch;
-  eo.context = std::max(eo.context, o.prompt_tokens + o.gen_tokens + 1);
-  Engine engine(o.model_dir, eo);
-  if (!engine.mlock_error().empty())
-    std::fprintf(stderr, "warning: --mlock failed (%s): weights may be paged out\n", engine.mlock_error().c_str());
-  const Model& m = engine.model();
-  const HybridConfig& c = m.config();
-  const int V = engine.vocab_size();
-  std::mt19937_64 rng(o.seed);
-  auto random_ids = [&](int n) {
-    std::vector<int32_t> ids(n);
-    for (auto& id : ids) id = static_cast<int32_t>(rng() % static_cast<uint64_t>(V));
-    return ids;
-  };
+std::vector<int> parse_int_list(const std::string& s, const char* flag, int lo, int hi) {
+  std::vector<int> out;
+  size_t at = 0;
+  while (at <= s.size()) {
+    const size_t comma = std::min(s.find(',', at), s.size());
+    std::string item = s.substr(at, comma - at);
+    const size_t b = item.find_first_not_of(" \t"), e = item.find_last_not_of(" \t");
+    item = b == std::string::npos ? "" : item.substr(b, e - b + 1);
+    const size_t digits = item.size() - (item.starts_with('-') ? 1 : 0);
+    bool ok = digits >= 1 && digits <= 9 && item.find_first_not_of("0123456789", item.size() - digits) == std::string::npos;
+    const long v = ok ? std::stol(item) : 0;
+    check(ok && v >= lo && v <= hi, flag, ": '", item, "' is not an integer in [", lo, ", ", hi,
+          "] (expected a comma-separated list)");
+    out.push_back(static_cast<int>(v));
+    at = comma + 1;
+  }
+  return out;
+}
 
-  ThreadPool probe(engine.threads());
-  const double bw = read_bandwidth_gbs(probe);
+BenchOutput parse_bench_output(const std::string& s) {
+  if (s == "md") return BenchOutput::Markdown;
+  if (s == "csv") return BenchOutput::Csv;
+  if (s == "json") return BenchOutput::Json;
+  if (s == "jsonl") return BenchOutput::Jsonl;
+  throw_error("-o/--output ", s, ": use md, csv, json or jsonl");
+}
+
+int run_bench(const BenchOptions& o) {
+  check(o.reps >= 1 && o.reps <= 100, "bench: -r must be in [1, 100]");
+  const std::vector<int> prompts = nonzero(o.prompt_tokens), gens = nonzero(o.gen_tokens);
+  check(!prompts.empty() || !gens.empty(), "bench: -p and -n are both 0: no test to run");
+  check(!o.threads.empty() && !o.batch.empty(), "bench: -t and --batch need at least one value");
+  const int max_prompt = prompts.empty() ? 0 : *std::max_element(prompts.begin(), prompts.end());
+  const int max_gen = gens.empty() ? 0 : *std::max_element(gens.begin(), gens.end());
+  const int max_batch = *std::max_element(o.batch.begin(), o.batch.end());
+
+  // Thread counts as run (0 = every core this process may use); more than the cores is allowed.
+  const int cores = available_cores();
+  std::vector<int> threads;
+  for (int t : o.threads) threads.push_back(t > 0 ? t : cores);
+  const int max_threads = *std::max_element(threads.begin(), threads.end());
+  if (max_threads > cores)
+    std::fprintf(stderr, "warning: -t %d is more than the %d CPUs this process may run on: threads will share cores\n",
+                 max_threads, cores);
+
   // q8_0 matmuls run on int8 dot products (VNNI): their prefill is measured against the int8 peak.
   const bool q8 = o.engine.load.dtype == WeightDType::Q8_0 && cpu::simd_path() == cpu::SimdPath::Avx512 &&
                   cpu::has_avx512_vnni();
-  const double peak = q8 ? vnni_peak_gops(probe) : fma_peak_gflops(probe);
-  const char* peak_name = q8 ? "int8 VNNI peak" : "FP32 FMA peak";
-  // Decode also reads and writes every sequence's recurrent state (conv + SSM) once per step.
-  const double state_bytes = static_cast<double>(engine.cache().state_bytes_per_sequence());
-  // Matmul FLOPs per prompt token: 2 x the projection weights (the embedding is a lookup and the
-  // head runs once per prompt).
-  const double head_params = static_cast<double>(V) * c.d_model * (c.tie_embeddings ? 1 : 2);
-  const double flops_per_token = 2.0 * (static_cast<double>(m.param_count()) - head_params);
+  const std::vector<Peaks> peaks = o.probe ? probe_machine(threads, q8) : std::vector<Peaks>(threads.size());
 
-  std::vector<Row> rows;
-  {  // pp: one prompt of prompt_tokens in a single step, fresh state each repetition
-    std::vector<double> tps, rate;
-    for (int r = 0; r < o.reps + 1; ++r) {  // the first run warms up
-      const std::vector<int32_t> ids = random_ids(o.prompt_tokens);
-      const int s = engine.new_sequence();
-      const auto t0 = Clock::now();
-      engine.prefill(s, ids, false, o.prompt_tokens);
-      const double dt = seconds_since(t0);
-      engine.free_sequence(s);
-      if (r == 0) continue;
-      tps.push_back(o.prompt_tokens / dt);
-      rate.push_back(o.prompt_tokens * flops_per_token / dt / 1e9);
-    }
-    rows.push_back({"pp" + std::to_string(o.prompt_tokens), stat_of(tps), stat_of(rate).mean});
-  }
-  {  // tg: batch sequences decode gen_tokens steps together; every step reads all weights once
-    std::vector<double> tps, rate, rate_state;
-    for (int r = 0; r < o.reps + 1; ++r) {
-      std::vector<int> slots;
-      std::vector<BatchRun> runs;
-      std::vector<int> logit_rows;
-      for (int b = 0; b < o.batch; ++b) {
-        slots.push_back(engine.new_sequence());
-        runs.push_back({slots.back(), 1});
-        logit_rows.push_back(b);
+  Report report(o.output, o.probe);
+  report.set_peaks(threads, peaks, q8);
+  RunInfo info;
+  std::mt19937_64 rng(o.seed);
+  // One engine per thread count (its pool is sized at construction), each freed before the next
+  // loads; every engine holds slots for the largest batch and room for the longest test.
+  for (size_t ti = 0; ti < threads.size(); ++ti) {
+    EngineOptions eo = o.engine;
+    eo.threads = threads[ti];
+    eo.max_sequences = max_batch;
+    eo.context = std::max(eo.context, max_prompt + max_gen + 1);
+    Engine engine(o.model_dir, eo);
+    if (ti == 0) report_mlock(engine);
+    const Model& m = engine.model();
+    const HybridConfig& c = m.config();
+    const int V = engine.vocab_size();
+    auto random_ids = [&](int n) {
+      std::vector<int32_t> ids(n);
+      for (auto& id : ids) id = static_cast<int32_t>(rng() % static_cast<uint64_t>(V));
+      return ids;
+    };
+    info.name = model_name(o.model_dir);
+    info.family = c.family;
+    info.dtype = o.engine.load.dtype == WeightDType::BF16   ? "bf16"
+                 : o.engine.load.dtype == WeightDType::Q8_0 ? "q8_0"
+                                                             : "f32";
+    info.params = static_cast<double>(m.param_count());
+    info.weight_bytes = static_cast<double>(m.weight_bytes());
+    // The cache storage this run used; KV "none" without attention layers.
+    info.state_dtype = cache_dtype_name(engine.cache().state_dtype());
+    info.kv_dtype = engine.cache().has_kv() ? cache_dtype_name(engine.cache().kv_dtype()) : "none";
+    // Decode also reads and writes every sequence's recurrent state (conv + SSM) once per step.
+    info.state_bytes = static_cast<double>(engine.cache().state_bytes_per_sequence());
+    info.kv_bytes_per_token = static_cast<double>(engine.cache().kv_bytes_per_token());
+    info.q8 = q8;
+    // Matmul FLOPs per prompt token: 2 x the projection weights (the embedding is a lookup and the
+    // head runs once per prompt).
+    const double head_params = static_cast<double>(V) * c.d_model * (c.tie_embeddings ? 1 : 2);
+    const double flops_per_token = 2.0 * (info.params - head_params);
+
+    for (int p : prompts) {  // pp: one prompt of p tokens in a single step, fresh state each repetition
+      Row row;
+      row.n_prompt = p;
+      row.threads = engine.threads();
+      row.peaks = peaks[ti];
+      std::vector<double> tps, rate;
+      for (int r = 0; r < o.reps + 1; ++r) {  // the first run warms up
+        const std::vector<int32_t> ids = random_ids(p);
+        const int s = engine.new_sequence();
+        const auto t0 = Clock::now();
+        engine.prefill(s, ids, false, p);
+        const double dt = seconds_since(t0);
+        engine.free_sequence(s);
+        if (r == 0) continue;
+        tps.push_back(p / dt);
+        rate.push_back(p * flops_per_token / dt / 1e9);
       }
-      std::vector<int32_t> toks = random_ids(o.batch);
-      const auto t0 = Clock::now();
-      for (int step = 0; step < o.gen_tokens; ++step) {
-        std::span<const float> l = engine.step(toks, runs, logit_rows);
-        for (int b = 0; b < o.batch; ++b) {  // greedy next token, as a real decode loop would
-          const float* row = l.data() + static_cast<size_t>(b) * V;
-          toks[b] = static_cast<int32_t>(std::max_element(row, row + V) - row);
+      row.tps = stat_of(tps);
+      row.rate = stat_of(rate).mean;
+      row.peak_rss = peak_rss_bytes();
+      report.row(info, row);
+    }
+    for (int n : gens) {
+      for (int batch : o.batch) {  // tg: batch sequences decode n steps together; each reads all weights once
+        Row row;
+        row.n_gen = n;
+        row.threads = engine.threads();
+        row.batch = batch;
+        row.peaks = peaks[ti];
+        row.bytes_per_step = info.weight_bytes;
+        row.bytes_with_state = info.weight_bytes + 2.0 * info.state_bytes * batch;
+        std::vector<double> tps, rate, rate_state;
+        for (int r = 0; r < o.reps + 1; ++r) {
+          std::vector<int> slots;
+          std::vector<BatchRun> runs;
+          std::vector<int> logit_rows;
+          for (int b = 0; b < batch; ++b) {
+            slots.push_back(engine.new_sequence());
+            runs.push_back({slots.back(), 1});
+            logit_rows.push_back(b);
+          }
+          std::vector<int32_t> toks = random_ids(batch);
+          const auto t0 = Clock::now();
+          for (int step = 0; step < n; ++step) {
+            std::span<const float> l = engine.step(toks, runs, logit_rows);
+            for (int b = 0; b < batch; ++b) {  // greedy next token, as a real decode loop would
+              const float* logits = l.data() + static_cast<size_t>(b) * V;
+              toks[b] = static_cast<int32_t>(std::max_element(logits, logits + V) - logits);
+            }
+          }
+          const double dt = seconds_since(t0);
+          for (int s : slots) engine.free_sequence(s);
+          if (r == 0) continue;
+          tps.push_back(static_cast<double>(batch) * n / dt);
+          rate.push_back(row.bytes_per_step * n / dt / 1e9);
+          rate_state.push_back(row.bytes_with_state * n / dt / 1e9);
         }
+        row.tps = stat_of(tps);
+        row.rate = stat_of(rate).mean;
+        row.rate_with_state = stat_of(rate_state).mean;
+        row.peak_rss = peak_rss_bytes();
+        report.row(info, row);
       }
-      const double dt = seconds_since(t0);
-      for (int s : slots) engine.free_sequence(s);
-      if (r == 0) continue;
-      tps.push_back(static_cast<double>(o.batch) * o.gen_tokens / dt);
-      rate.push_back(static_cast<double>(m.weight_bytes()) * o.gen_tokens / dt / 1e9);
-      rate_state.push_back((static_cast<double>(m.weight_bytes()) + 2.0 * state_bytes * o.batch) * o.gen_tokens / dt /
-                           1e9);
     }
-    rows.push_back({"tg" + std::to_string(o.gen_tokens), stat_of(tps), stat_of(rate).mean, stat_of(rate_state).mean});
   }
-
-  const std::string dtype = o.engine.load.dtype == WeightDType::BF16   ? "bf16"
-                            : o.engine.load.dtype == WeightDType::Q8_0 ? "q8_0"
-                                                                        : "f32";
-  // The cache storage this run used; KV "none" without attention layers.
-  const char* state_dtype = cache_dtype_name(engine.cache().state_dtype());
-  const char* kv_dtype = engine.cache().has_kv() ? cache_dtype_name(engine.cache().kv_dtype()) : "none";
-  if (o.json) {
-    std::printf("[\n");
-    for (size_t i = 0; i < rows.size(); ++i) {
-      const Row& r = rows[i];
-      const bool pp = r.test[0] == 'p';
-      std::printf(
-          "  {\"model\": \"%s\", \"family\": \"%s\", \"dtype\": \"%s\", \"test\": \"%s\", \"threads\": %d, "
-          "\"batch\": %d, \"tokens_per_second\": %.3f, \"stddev\": %.3f, \"%s\": %.2f, \"%s\": %.2f, "
-          "\"%s\": %.2f, \"weight_bytes\": %zu, \"state_dtype\": \"%s\", \"state_bytes_per_sequence\": %.0f, "
-          "\"kv_dtype\": \"%s\", \"kv_bytes_per_token\": %zu, \"peak_rss_bytes\": %.0f}%s\n",
-          o.model_dir.c_str(), c.family.c_str(), dtype.c_str(), r.test.c_str(), engine.threads(), pp ? 1 : o.batch,
-          r.tps.mean, r.tps.sd, pp ? "gflops" : "gbps", r.rate, pp ? "peak_gflops" : "peak_gbps", pp ? peak : bw,
-          pp ? "peak_is_int8" : "gbps_with_state", pp ? (q8 ? 1.0 : 0.0) : r.rate_with_state,
-          m.weight_bytes(), state_dtype, state_bytes, kv_dtype, engine.cache().kv_bytes_per_token(), peak_rss_bytes(),
-          i + 1 < rows.size() ? "," : "");
-    }
-    std::printf("]\n");
-    return 0;
-  }
-  std::printf("machine (same run, %d threads): read bandwidth %.1f GB/s, %s %.0f G%s/s\n", engine.threads(), bw,
-              peak_name, peak, q8 ? "OP" : "FLOP");
-  std::printf("| model | family | dtype | threads | batch | test | t/s | achieved | of peak | with state |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
-  auto pct = [](double v, double base) {
-    return base > 0 ? std::to_string(static_cast<int>(100 * v / base + 0.5)) + "%" : std::string("-");
-  };
-  for (const Row& r : rows) {
-    const bool pp = r.test[0] == 'p';
-    const double base = pp ? peak : bw;
-    // tg "with state": weights plus each sequence's recurrent state read and written per step.
-    char ws[64] = "-";
-    if (!pp) std::snprintf(ws, sizeof ws, "%.1f GB/s (%s)", r.rate_with_state, pct(r.rate_with_state, bw).c_str());
-    const std::string with_state = ws;
-    std::printf("| %s | %s | %s | %d | %d | %s | %.2f ± %.2f | %.1f %s | %s | %s |\n", o.model_dir.c_str(),
-                c.family.c_str(), dtype.c_str(), engine.threads(), pp ? 1 : o.batch, r.test.c_str(), r.tps.mean,
-                r.tps.sd, r.rate, pp ? (q8 ? "GOP/s" : "GFLOP/s") : "GB/s", pct(r.rate, base).c_str(),
-                with_state.c_str());
-  }
-  std::printf("state per sequence: %s at %s (read and written once per decode step)\n", format_bytes(state_bytes).c_str(),
-              state_dtype);
-  if (engine.cache().has_kv())
-    std::printf("kv per token: %s at %s\n", format_bytes(static_cast<double>(engine.cache().kv_bytes_per_token())).c_str(),
-                kv_dtype);
-  std::printf("peak RSS: %s (weights %s)\n", format_bytes(peak_rss_bytes()).c_str(),
-              format_bytes(static_cast<double>(m.weight_bytes())).c_str());
+  report.end(info, peak_rss_bytes());
   return 0;
 }
 
@@ -274,28 +631,44 @@ int run_bench(const BenchOptions& o) {
 namespace hybridlm {
 
 Subcommand add_bench(CLI::App& parent) {
+  // The sweeps are read as text and parsed when the command runs, so that a bad item is a user
+  // error (exit 1) naming the flag and the item.
   struct Flags {
     ModelFlags model;
     BenchOptions bench;
-    bool mmap = false;
+    std::string prompt = "512", gen = "128", threads = "0", batch = "1", output;
+    bool json = false, no_probe = false, mmap = false;
   };
   auto f = std::make_shared<Flags>();
-  BenchOptions& bopt = f->bench;
   CLI::App* bench = parent.add_subcommand("bench", "prompt (pp) and generation (tg) tokens/s, llama-bench style");
   f->model.no_mmap = true;  // benchmarks read weights into memory (the VM's reclaim daemon pages out mappings)
-  f->model.add(bench);
-  bench->add_option("-p,--n-prompt", bopt.prompt_tokens, "prompt tokens per pp test")->capture_default_str();
-  bench->add_option("-n,--n-gen", bopt.gen_tokens, "decode steps per tg test")->capture_default_str();
-  bench->add_option("-r,--repetitions", bopt.reps, "repetitions (after one warm-up)")->capture_default_str();
-  bench->add_option("--batch", bopt.batch, "sequences decoding together in tg")->capture_default_str();
-  bench->add_flag("--json", bopt.json, "print a JSON array, one object per test");
-  bench->add_option("--seed", bopt.seed, "seed of the random token ids")->capture_default_str();
+  f->model.add(bench, false);
+  bench->add_option("-p,--n-prompt", f->prompt, "prompt tokens per pp test, comma-separated (0: no pp tests)")
+      ->capture_default_str();
+  bench->add_option("-n,--n-gen", f->gen, "decode steps per tg test, comma-separated (0: no tg tests)")
+      ->capture_default_str();
+  bench->add_option("-t,--threads", f->threads, "threads, comma-separated (0 = all cores)")->capture_default_str();
+  bench->add_option("--batch", f->batch, "sequences decoding together in tg, comma-separated")->capture_default_str();
+  bench->add_option("-r,--repetitions", f->bench.reps, "repetitions (after one warm-up)")->capture_default_str();
+  bench->add_option("-o,--output", f->output, "output format: md (default), csv, json or jsonl");
+  bench->add_flag("--json", f->json, "the same as -o json");
+  bench->add_flag("--no-probe", f->no_probe, "skip measuring the machine's peaks (and the % of peak columns)");
+  bench->add_option("--seed", f->bench.seed, "seed of the random token ids")->capture_default_str();
   bench->add_flag("--mmap", f->mmap, "map the weight files instead of reading them into memory");
   return {bench, [f] {
+            BenchOptions& b = f->bench;
+            b.prompt_tokens = parse_int_list(f->prompt, "-p/--n-prompt", 0, 1 << 20);
+            b.gen_tokens = parse_int_list(f->gen, "-n/--n-gen", 0, 1 << 20);
+            b.threads = parse_int_list(f->threads, "-t/--threads", 0, 1024);
+            b.batch = parse_int_list(f->batch, "--batch", 1, 1024);
+            check(!f->json || f->output.empty() || f->output == "json", "bench: --json and -o ", f->output,
+                  " disagree: use one");
+            b.output = parse_bench_output(f->json ? "json" : f->output.empty() ? "md" : f->output);
+            b.probe = !f->no_probe;
             if (f->mmap) f->model.no_mmap = false;
-            f->bench.model_dir = f->model.dir;
-            f->bench.engine = f->model.options();
-            return run_bench(f->bench);
+            b.model_dir = f->model.dir;
+            b.engine = f->model.options();
+            return run_bench(b);
           }};
 }
 

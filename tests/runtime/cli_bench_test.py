@@ -1,0 +1,138 @@
+#!/usr/bin/env python3
+"""`hybridlm bench`: comma-separated sweeps run as a cross product in a fixed order, -p 0 / -n 0
+skipping a kind of test, the output formats (-o md|csv|json|jsonl, --json), --no-probe, the model
+shown by name and size, percentages above 100% explained, and one-line errors for bad list items.
+Speed itself is never asserted.
+
+Run as the other CLI tests are (cli_common.py).
+"""
+import csv
+import io
+import json
+import os
+import re
+
+from cli_common import check, expect_error, finish, make_model, run, start
+
+start()
+m2 = make_model("m2", "mamba2-tiny", 5)
+FAST = ["-r", "1", "--no-probe"]
+
+
+def bench_rows(*args):
+    """Runs bench with -o jsonl; returns (rc, rows, stdout + stderr)."""
+    rc, out, err = run("bench", "-m", m2, *args, "-o", "jsonl")
+    try:
+        rows = [json.loads(l) for l in out.splitlines()] if rc == 0 else []
+    except ValueError:
+        rows = []
+    return rc, rows, out + err
+
+
+# Sweeps: for each -t, the pp tests in -p order, then for each -n every --batch.
+rc, rows, text = bench_rows("-p", "8,16", "-n", "2,3", "-t", "1,2", "--batch", "1,2", *FAST)
+want = [(t, test, b) for t in (1, 2) for test, b in
+        [("pp8", 1), ("pp16", 1), ("tg2", 1), ("tg2", 2), ("tg3", 1), ("tg3", 2)]]
+check("sweep: the cross product of -p, -n, -t and --batch, in order",
+      [(r.get("threads"), r.get("test"), r.get("batch")) for r in rows] == want, text)
+check("sweep: n_prompt and n_gen say which test a row is",
+      all((r["n_prompt"], r["n_gen"]) == ((int(r["test"][2:]), 0) if r["test"].startswith("pp")
+                                          else (0, int(r["test"][2:]))) for r in rows) and rows, text)
+rc, rows, text = bench_rows("-p", "0", "-n", "2", "--batch", "1,3", "-t", "1", *FAST)
+check("-p 0 skips the pp tests", rc == 0 and [(r["test"], r["batch"]) for r in rows] == [("tg2", 1), ("tg2", 3)], text)
+rc, rows, text = bench_rows("-p", "8,0,4", "-n", "0", "-t", "1", *FAST)
+check("-n 0 skips the tg tests (and a 0 among sizes is no test)", rc == 0 and [r["test"] for r in rows] == ["pp8", "pp4"],
+      text)
+
+# Formats: the same rows and keys in csv, json and jsonl; md is a table.
+args = ["bench", "-m", m2, "-p", "8", "-n", "2", "-t", "1", *FAST]
+keys = ["model", "parameters", "weight_bytes", "family", "dtype", "test", "threads", "batch", "tokens_per_second",
+        "stddev", "state_dtype", "state_bytes_per_sequence", "kv_dtype", "kv_bytes_per_token", "peak_rss_bytes"]
+rc, out, err = run(*args, "-o", "csv")
+table = list(csv.DictReader(io.StringIO(out))) if rc == 0 else []
+check("-o csv: a header row, then one row per test with every key",
+      [r.get("test") for r in table] == ["pp8", "tg2"] and all(k in table[0] for k in keys) and
+      table[0]["gbps"] == "" and table[1]["gflops"] == "" and float(table[1]["gbps"]) > 0, out + err)
+rc, out, err = run(*args, "-o", "json")
+try:
+    arr = json.loads(out) if rc == 0 else None
+except ValueError:
+    arr = None
+check("-o json: an array of one object per test", isinstance(arr, list) and [r.get("test") for r in arr] ==
+      ["pp8", "tg2"] and all(k in r for r in arr for k in keys) and "gflops" in arr[0] and "gbps" in arr[1], out + err)
+rc, out2, err = run(*args, "--json")
+try:
+    arr2 = json.loads(out2) if rc == 0 else None
+except ValueError:
+    arr2 = None
+check("--json is -o json", isinstance(arr2, list) and arr and [sorted(r) for r in arr2] == [sorted(r) for r in arr],
+      out2 + err)
+rc, out, err = run(*args, "-o", "jsonl")
+lines = out.splitlines()
+try:
+    objs = [json.loads(l) for l in lines] if rc == 0 else []
+except ValueError:
+    objs = []
+check("-o jsonl: one object per line", len(lines) == 2 and [r.get("test") for r in objs] == ["pp8", "tg2"], out + err)
+for fmt in [None, "md"]:
+    rc, out, err = run(*args, *(["-o", fmt] if fmt else []))
+    tbl = [l for l in out.splitlines() if l.startswith("|")]
+    head = [c.strip() for c in tbl[0].strip("|").split("|")] if tbl else []
+    check(f"-o {fmt or '(default)'}: a markdown table, header, rule and one row per test",
+          rc == 0 and len(tbl) == 4 and head[:3] == ["model", "size", "params"] and "t/s" in head and
+          set(tbl[1]) <= set("|-: ") and "pp8" in tbl[2] and "tg2" in tbl[3], out + err)
+
+# The model by name and size, not by path.
+rc, out, err = run("inspect", "-m", m2, "--no-mmap")
+params = int(out.split("parameters:")[1].split()[0]) if rc == 0 else -1
+wbytes = int(out.split("weight bytes:")[1].split()[0]) if rc == 0 else -1
+rc, rows, text = bench_rows("-p", "4", "-n", "0", "-t", "1", *FAST)
+check("the model is its directory name, with parameters and weight bytes",
+      rows and rows[0]["model"] == "m2" and rows[0]["parameters"] == params and rows[0]["weight_bytes"] == wbytes, text)
+rc, out, err = run("bench", "-m", m2 + "/", "-p", "4", "-n", "0", "-t", "1", *FAST)
+cells = [c.strip() for c in out.splitlines()[2].strip("|").split("|")] if rc == 0 else []
+check("md: the model's name (also from DIR/) and its size, never the full path",
+      cells[:3] == ["m2", "12.51 MiB", "3.27 M"] and m2 not in out, out + err)
+
+# --no-probe: no peaks anywhere; with the probe, peaks per row and the probe's 1 GiB buffer kept out
+# of the reported peak RSS (the tiny model needs a few tens of MiB).
+rc, out, err = run(*args, "-o", "json")
+check("--no-probe: no peak keys", rc == 0 and not any(k.startswith("peak_g") or k == "peak_is_int8"
+                                                       for r in json.loads(out) for k in r), out + err)
+rc, out, err = run(*args)
+check("--no-probe: no machine line and no 'of peak' column", rc == 0 and "machine" not in out and "of peak" not in out and
+      "%" not in out, out + err)
+probe = ["bench", "-m", m2, "-p", "8", "-n", "2", "-t", "1", "-r", "1"]
+rc, out, err = run(*probe, "-o", "json")
+arr = json.loads(out) if rc == 0 else []
+check("with the probe: peak_gflops for pp, peak_gbps for tg, and peak RSS without the probe's 1 GiB",
+      len(arr) == 2 and "peak_gflops" in arr[0] and "peak_is_int8" in arr[0] and arr[1].get("peak_gbps", 0) > 0 and
+      all(r["peak_rss_bytes"] < 512 * 2**20 for r in arr), out + err)
+rc, out, err = run(*probe)
+pcts = [int(p) for p in re.findall(r"(\d+)%", out)]
+over = re.findall(r"(\d+)%( [†‡])?", out)
+check("md with the probe: the machine line and an 'of peak' column", rc == 0 and out.startswith("machine (same run, 1 threads)")
+      and "| of peak |" in out and pcts, out + err)
+check("md: a percentage above 100% carries a mark and its footnote",
+      all(mark for p, mark in over if int(p) > 100) and
+      all(("\n" + mark.strip() + " above 100%") in out for p, mark in over if int(p) > 100), out)
+
+# Threads beyond the CPUs are allowed, with one warning.
+cores = len(os.sched_getaffinity(0))
+rc, rows, text = bench_rows("-p", "0", "-n", "1", "-t", f"{cores + 1},{cores + 2}", *FAST)
+warns = [l for l in text.splitlines() if l.startswith("warning:")]
+check("threads above the CPUs run, warned once", rc == 0 and [r["threads"] for r in rows] == [cores + 1, cores + 2] and
+      len(warns) == 1 and f"-t {cores + 2}" in warns[0], text)
+
+# Bad values: exit 1 and one line naming the flag and the item.
+base = ["bench", "-m", m2, "--no-probe"]
+expect_error("bad -p item", base + ["-p", "12,x"], 1, "-p/--n-prompt: 'x' is not an integer in [0, 1048576]")
+expect_error("bad -t item", base + ["-t", "0,-1"], 1, "-t/--threads: '-1' is not an integer in [0, 1024]")
+expect_error("empty -n", base + ["-n", ""], 1, "-n/--n-gen: '' is not an integer")
+expect_error("empty --batch item", base + ["--batch", "1,,2"], 1, "--batch: '' is not an integer in [1, 1024]")
+expect_error("--batch 0", base + ["--batch", "0"], 1, "--batch: '0' is not an integer in [1, 1024]")
+expect_error("-p 0 -n 0", base + ["-p", "0", "-n", "0"], 1, "bench: -p and -n are both 0: no test to run")
+expect_error("unknown -o", base + ["-o", "xml"], 1, "-o/--output xml: use md, csv, json or jsonl")
+expect_error("--json against -o csv", base + ["-o", "csv", "--json"], 1, "bench: --json and -o csv disagree")
+
+finish()
