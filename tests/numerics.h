@@ -76,6 +76,9 @@ constexpr double kSsdRefVsF64 = 1e-6;
 // values): f32 sin/cos and an f32 softmax.
 constexpr double kRopeVsF64 = 1e-5;
 constexpr double kAttentionVsF64 = 1e-5;
+// The sampler's penalties (one divide or multiply, one multiply-add, in f32) against the same
+// formulas in float64 in the test, relative to max(1, |logit|): a few f32 roundings, ~2^-23 each.
+constexpr double kPenaltyVsF64 = 1e-6;
 // Spot values of activations against published constants (absolute).
 constexpr double kActivationSpot = 1e-6;
 // vexp / exp16 / vsoftplus against libm in double over their whole argument range (relative):

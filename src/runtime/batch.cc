@@ -125,11 +125,14 @@ struct Candidate {
 
 }  // namespace
 
-std::vector<BeamHypothesis> beam_search(Engine& engine, std::span<const int32_t> prompt, const BeamOptions& opt) {
+std::vector<BeamHypothesis> beam_search(Engine& engine, std::span<const int32_t> prompt, const BeamOptions& opt,
+                                        const std::function<void(int32_t)>& on_settled) {
   const int B = opt.num_beams;
   check(B >= 1 && B <= 256, "--num-beams ", B, ": must be in [1, 256]");
-  check(opt.max_new_tokens >= 1, "beam search needs max new tokens >= 1");
+  check(opt.max_new_tokens >= 0, "beam search needs max new tokens >= 0");
+  check(std::isfinite(opt.length_penalty), "--length-penalty must be a finite number, got ", opt.length_penalty);
   check(!prompt.empty(), "beam search: empty prompt");
+  if (opt.max_new_tokens == 0) return {BeamHypothesis{}};
   // Candidates (and the softmax) cover the decodable ids only, as generate() masks the rest.
   const int Vm = engine.vocab_size();
   const int V = opt.decodable > 0 ? std::min(opt.decodable, Vm) : Vm;
@@ -148,6 +151,15 @@ std::vector<BeamHypothesis> beam_search(Engine& engine, std::span<const int32_t>
   std::vector<BeamHypothesis> finished;
   std::vector<std::vector<double>> logp(1);
   log_softmax(std::span<const float>(engine.prefill(seqs[0], prompt, false)).first(V), logp[0]);
+  // The first `settled` tokens of the best hypothesis have gone to on_settled. settle() passes
+  // on the tokens of `tokens` past them, up to `upto` and never an eos.
+  size_t settled = 0;
+  auto settle = [&](const std::vector<int32_t>& tokens, size_t upto) {
+    for (; settled < upto; ++settled) {
+      if (opt.eos_id && tokens[settled] == *opt.eos_id) return;
+      if (on_settled) on_settled(tokens[settled]);
+    }
+  };
   std::vector<Candidate> cand;
   std::vector<int32_t> toks;
   std::vector<BatchRun> runs;
@@ -182,6 +194,16 @@ std::vector<BeamHypothesis> beam_search(Engine& engine, std::span<const int32_t>
       beams = std::move(next);
       break;
     }
+    if (on_settled) {  // the longest prefix every live beam and finished hypothesis shares
+      size_t common = next[0].tokens.size();
+      auto shrink = [&](const std::vector<int32_t>& t) {
+        const auto end = t.begin() + static_cast<std::ptrdiff_t>(std::min(common, t.size()));
+        common = static_cast<size_t>(std::mismatch(t.begin(), end, next[0].tokens.begin()).first - t.begin());
+      };
+      for (const Beam& b : next) shrink(b.tokens);
+      for (const BeamHypothesis& h : finished) shrink(h.tokens);
+      settle(next[0].tokens, common);
+    }
     // Live beam i always sits in seqs[i]. Beam i continues the sequence of its parent src[i]:
     // gather the caches (a parent's state and KV pages copied or shared into its children), then
     // decode one token each. Slots past the live beams keep whatever they held (unused).
@@ -206,6 +228,7 @@ std::vector<BeamHypothesis> beam_search(Engine& engine, std::span<const int32_t>
   std::stable_sort(finished.begin(), finished.end(),
                    [](const BeamHypothesis& a, const BeamHypothesis& b) { return a.score > b.score; });
   if (static_cast<int>(finished.size()) > B) finished.resize(B);
+  if (!finished.empty()) settle(finished.front().tokens, finished.front().tokens.size());
   return finished;
 }
 

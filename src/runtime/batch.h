@@ -3,6 +3,7 @@
 // sequences between beams with HybridCache::reorder).
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <span>
 #include <vector>
@@ -47,7 +48,13 @@ struct BeamHypothesis {
 // every (beam, token) continuation; an eos candidate ranked within the first num_beams finishes a
 // hypothesis, the best non-eos ones (up to num_beams) continue. Stops when num_beams hypotheses
 // have finished or after max_new_tokens. Needs num_beams free sequences in the engine. Returns up
-// to num_beams hypotheses, best score first.
-std::vector<BeamHypothesis> beam_search(Engine& engine, std::span<const int32_t> prompt, const BeamOptions& opt);
+// to num_beams hypotheses, best score first; max_new_tokens 0 returns one empty hypothesis.
+//
+// on_settled, when given, receives the tokens of the best hypothesis in order, each as soon as it
+// is certain: once every live beam and every finished hypothesis begins with it (the best one
+// returned is always one of them or a descendant of a live beam), and the rest when the search
+// ends. The eos that ends a hypothesis is not passed.
+std::vector<BeamHypothesis> beam_search(Engine& engine, std::span<const int32_t> prompt, const BeamOptions& opt,
+                                        const std::function<void(int32_t)>& on_settled = {});
 
 }  // namespace hybridlm

@@ -10,26 +10,44 @@
 namespace hybridlm {
 
 void validate(const SamplingParams& p) {
-  check(p.temperature >= 0 && std::isfinite(p.temperature), "--temperature must be >= 0");
-  check(p.top_k >= 0, "--top-k must be >= 0");
-  check(p.top_p > 0 && p.top_p <= 1, "--top-p must be in (0, 1]");
-  check(p.min_p >= 0 && p.min_p <= 1, "--min-p must be in [0, 1]");
-  check(p.repetition_penalty > 0 && std::isfinite(p.repetition_penalty), "--repeat-penalty must be > 0");
+  // Written so that NaN fails every check (a comparison with NaN is false).
+  check(p.temperature >= 0 && std::isfinite(p.temperature), "--temperature must be a finite number >= 0, got ",
+        p.temperature);
+  check(p.top_k >= 0, "--top-k must be >= 0, got ", p.top_k);
+  check(p.top_p > 0 && p.top_p <= 1, "--top-p must be in (0, 1], got ", p.top_p);
+  check(p.min_p >= 0 && p.min_p <= 1, "--min-p must be in [0, 1], got ", p.min_p);
+  check(p.repetition_penalty > 0 && std::isfinite(p.repetition_penalty),
+        "--repeat-penalty must be a finite number > 0, got ", p.repetition_penalty);
+  check(p.repeat_last_n >= -1, "--repeat-last-n must be >= 0, or -1 for the whole history, got ", p.repeat_last_n);
+  check(p.presence_penalty >= -2 && p.presence_penalty <= 2, "--presence-penalty must be in [-2, 2], got ",
+        p.presence_penalty);
+  check(p.frequency_penalty >= -2 && p.frequency_penalty <= 2, "--frequency-penalty must be in [-2, 2], got ",
+        p.frequency_penalty);
 }
 
 Sampler::Sampler(const SamplingParams& p) : p_(p), rng_(p.seed) { validate(p); }
 
+void Sampler::apply_penalties(std::span<float> logits, std::span<const int32_t> history) {
+  const bool any = p_.repetition_penalty != 1.0f || p_.presence_penalty != 0.0f || p_.frequency_penalty != 0.0f;
+  if (!any || p_.repeat_last_n == 0) return;
+  const int V = static_cast<int>(logits.size());
+  if (p_.repeat_last_n > 0 && history.size() > static_cast<size_t>(p_.repeat_last_n))
+    history = history.last(static_cast<size_t>(p_.repeat_last_n));
+  if (count_.size() != static_cast<size_t>(V)) count_.assign(V, 0);
+  seen_.clear();
+  for (int32_t t : history)
+    if (t >= 0 && t < V && count_[t]++ == 0) seen_.push_back(t);
+  for (int32_t t : seen_) {
+    float& l = logits[t];
+    l = l > 0 ? l / p_.repetition_penalty : l * p_.repetition_penalty;
+    l -= p_.presence_penalty + p_.frequency_penalty * static_cast<float>(count_[t]);
+    count_[t] = 0;
+  }
+}
+
 int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> history) {
   const int V = static_cast<int>(logits.size());
-  if (p_.repetition_penalty != 1.0f) {
-    std::vector<uint8_t> seen(V, 0);
-    for (int32_t t : history)
-      if (t >= 0 && t < V && !seen[t]) {
-        seen[t] = 1;
-        float& l = logits[t];
-        l = l > 0 ? l / p_.repetition_penalty : l * p_.repetition_penalty;
-      }
-  }
+  apply_penalties(logits, history);
   for (float l : logits)
     check(!std::isnan(l), "the model produced NaN logits (corrupt weights or an invalid config value?)");
   const float mx_logit = *std::max_element(logits.begin(), logits.end());

@@ -129,12 +129,30 @@ TEST_P(Generation, BeamSearchScoresMatchAnIndependentPassAndOneBeamIsGreedy) {
   limited.decodable = V / 3;
   for (const BeamHypothesis& h : beam_search(e, prompt, limited))
     for (int32_t t : h.tokens) EXPECT_LT(t, V / 3);
-  // With an end-of-sequence id, finished hypotheses end with it.
-  bo.eos_id = beams[0].tokens[2];
-  for (const BeamHypothesis& h : beam_search(e, prompt, bo)) {
-    for (size_t t = 0; t + 1 < h.tokens.size(); ++t) EXPECT_NE(h.tokens[t], *bo.eos_id);
-    EXPECT_NEAR(h.logprob, logprob_of(e, prompt, h.tokens), tol::kBeamLogprob);
+  // With an end-of-sequence id, finished hypotheses end with it. The streamed (settled) tokens
+  // are the best hypothesis without its eos, whether or not it finished.
+  for (int num_beams : {4, 3}) {
+    BeamOptions b = bo;
+    b.num_beams = num_beams;
+    b.eos_id = beams[0].tokens[2];
+    std::vector<int32_t> streamed;
+    const auto hyps = beam_search(e, prompt, b, [&](int32_t t) { streamed.push_back(t); });
+    for (const BeamHypothesis& h : hyps) {
+      for (size_t t = 0; t + 1 < h.tokens.size(); ++t) EXPECT_NE(h.tokens[t], *b.eos_id);
+      EXPECT_NEAR(h.logprob, logprob_of(e, prompt, h.tokens), tol::kBeamLogprob);
+    }
+    std::vector<int32_t> best = hyps.front().tokens;
+    if (!best.empty() && best.back() == *b.eos_id) best.pop_back();
+    EXPECT_EQ(streamed, best);
   }
+  std::vector<int32_t> streamed;
+  EXPECT_EQ(beam_search(e, prompt, bo, [&](int32_t t) { streamed.push_back(t); }).front().tokens, beams[0].tokens);
+  EXPECT_EQ(streamed, beams[0].tokens);
+  // -n 0: one empty hypothesis, nothing streamed.
+  bo.max_new_tokens = 0;
+  const auto none = beam_search(e, prompt, bo, [&](int32_t) { ADD_FAILURE() << "a token streamed at -n 0"; });
+  ASSERT_EQ(none.size(), 1u);
+  EXPECT_TRUE(none[0].tokens.empty());
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, Generation, ::testing::ValuesIn(kModels));

@@ -1,11 +1,14 @@
-// Sampling filters against hand-computed distributions, and the stop-string holdback.
+// Sampling filters against hand-computed distributions, the penalties against a plain loop written
+// from their formulas, and the stop-string holdback.
 #include <gtest/gtest.h>
 
 #include "numerics.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <map>
+#include <random>
 
 #include "base/error.h"
 #include "runtime/engine.h"
@@ -111,6 +114,76 @@ TEST(Sampler, SameSeedSameDrawsAndRepetitionPenalty) {
   EXPECT_FLOAT_EQ(l[2], -2.0f);
 }
 
+// The penalized logits, from the formulas (sampler.h) in double, one token at a time: count the
+// token in the window (the last `last_n` ids of history; -1 = all of it, 0 = none).
+std::vector<double> penalized_naive(const std::vector<float>& logits, const std::vector<int32_t>& history,
+                                    const SamplingParams& p) {
+  std::vector<double> out(logits.begin(), logits.end());
+  const size_t n = history.size();
+  const size_t from = p.repeat_last_n < 0 ? 0 : n - std::min(n, static_cast<size_t>(p.repeat_last_n));
+  for (size_t v = 0; v < out.size(); ++v) {
+    int c = 0;
+    for (size_t i = from; i < n; ++i) c += history[i] == static_cast<int32_t>(v);
+    if (c == 0) continue;
+    out[v] = out[v] > 0 ? out[v] / p.repetition_penalty : out[v] * p.repetition_penalty;
+    out[v] -= p.presence_penalty + p.frequency_penalty * c;
+  }
+  return out;
+}
+
+TEST(Sampler, PenaltiesMatchTheFormulasOverTheWindow) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> logit(-5.0f, 5.0f);
+  std::uniform_int_distribution<int32_t> id(0, 19);  // V = 24: ids 20..23 never seen
+  const int V = 24;
+  struct Case {
+    float rep, presence, frequency;
+    int last_n;
+  };
+  const Case cases[] = {{1.3f, 0.0f, 0.0f, 64},  {1.0f, 0.7f, 0.0f, 64},   {1.0f, 0.0f, 0.45f, 64},
+                        {1.7f, -1.2f, 2.0f, 16}, {0.8f, 2.0f, -2.0f, -1},  {1.5f, 1.0f, 1.0f, 0},
+                        {1.1f, 0.3f, 0.2f, 1},   {1.2f, 0.5f, 0.25f, 1000}};
+  for (const Case& c : cases)
+    for (int trial = 0; trial < 20; ++trial) {
+      SamplingParams p;
+      p.temperature = 0;  // greedy: sample() leaves the penalized logits in place
+      p.repetition_penalty = c.rep;
+      p.presence_penalty = c.presence;
+      p.frequency_penalty = c.frequency;
+      p.repeat_last_n = c.last_n;
+      std::vector<float> l(V);
+      for (float& x : l) x = logit(rng);
+      std::vector<int32_t> history(5 + trial * 7);
+      for (int32_t& t : history) t = id(rng);
+      const std::vector<double> want = penalized_naive(l, history, p);
+      Sampler s(p);
+      std::vector<float> got = l;
+      const int32_t pick = s.sample(got, history);
+      // The sampler's state (its counts) is reset between calls: a second call agrees too.
+      std::vector<float> again = l;
+      s.sample(again, history);
+      for (int v = 0; v < V; ++v) {
+        EXPECT_NEAR(got[v], want[v], tol::kPenaltyVsF64 * std::max(1.0, std::abs(want[v])))
+            << "rep " << c.rep << " presence " << c.presence << " frequency " << c.frequency << " last_n "
+            << c.last_n << " token " << v;
+        EXPECT_EQ(again[v], got[v]);
+      }
+      EXPECT_EQ(pick, std::max_element(got.begin(), got.end()) - got.begin());
+    }
+}
+
+TEST(Sampler, PresencePenaltySteersGreedyAwayFromASeenToken) {
+  SamplingParams p;
+  p.temperature = 0;
+  p.presence_penalty = 1.0f;
+  p.repeat_last_n = 2;
+  Sampler s(p);
+  std::vector<float> l = {2.0f, 1.5f, 0.0f};
+  EXPECT_EQ(s.sample(l, std::vector<int32_t>{2, 0}), 1);  // 0 is in the window: 2 - 1 < 1.5
+  l = {2.0f, 1.5f, 0.0f};
+  EXPECT_EQ(s.sample(l, std::vector<int32_t>{0, 2, 2}), 0);  // 0 fell out of the last 2
+}
+
 TEST(Sampler, RejectsBadParameters) {
   SamplingParams p;
   p.top_p = 0;
@@ -118,6 +191,27 @@ TEST(Sampler, RejectsBadParameters) {
   p = {};
   p.temperature = -1;
   EXPECT_THROW(validate(p), Error);
+  for (float t : {std::numeric_limits<float>::infinity(), std::nanf("")}) {
+    p = {};
+    p.temperature = t;
+    EXPECT_THROW(validate(p), Error);
+  }
+  p = {};
+  p.repeat_last_n = -2;
+  EXPECT_THROW(validate(p), Error);
+  for (float v : {2.5f, -2.01f, std::nanf("")}) {
+    p = {};
+    p.presence_penalty = v;
+    EXPECT_THROW(validate(p), Error);
+    p = {};
+    p.frequency_penalty = v;
+    EXPECT_THROW(validate(p), Error);
+  }
+  p = {};
+  p.presence_penalty = -2;
+  p.frequency_penalty = 2;
+  p.repeat_last_n = -1;
+  EXPECT_NO_THROW(validate(p));
 }
 
 TEST(StopMatcher, HoldsBackPossiblePrefixesAndCutsAtTheStop) {

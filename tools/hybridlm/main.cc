@@ -3,7 +3,10 @@
 // at fault), 2 a usage error.
 #include <CLI/CLI.hpp>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <iostream>
 #include <new>
 #include <vector>
 
@@ -26,7 +29,17 @@ int main(int argc, char** argv) {
   }
   try {
     for (const Subcommand& s : subcommands)
-      if (*s.app) return s.run();
+      if (*s.app) {
+        const int rc = s.run();
+        // Output that did not reach its file (`> /dev/full`, a full disk) is a failed run, for
+        // every subcommand: flush now, while the error can still be seen and reported.
+        std::cout.flush();
+        if (!std::cout || std::fflush(stdout) != 0 || std::ferror(stdout)) {
+          std::fprintf(stderr, "error: cannot write to standard output: %s\n", std::strerror(errno));
+          return 1;
+        }
+        return rc;
+      }
   } catch (const Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;
