@@ -1,5 +1,7 @@
 #include "tools/hybridlm/cli.h"
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 
 #include "base/error.h"
@@ -7,13 +9,19 @@
 
 namespace hybridlm {
 
-std::vector<int32_t> parse_ids(const std::string& s, const char* flag) {
+std::vector<int32_t> parse_ids(const std::string& text, const char* flag) {
   std::vector<int32_t> ids;
+  std::string s = text;
+  const size_t first = s.find_first_not_of(" \t\n"), last = s.find_last_not_of(" \t\n");
+  if (first != std::string::npos && s[first] == '[' && s[last] == ']') {  // a JSON array
+    s = s.substr(first + 1, last - first - 1);
+    if (s.find_first_not_of(" \t\n") == std::string::npos) return ids;
+  }
   size_t at = 0;
   while (at <= s.size()) {
     const size_t comma = std::min(s.find(',', at), s.size());
     std::string item = s.substr(at, comma - at);
-    const size_t b = item.find_first_not_of(" \t"), e = item.find_last_not_of(" \t");
+    const size_t b = item.find_first_not_of(" \t\n"), e = item.find_last_not_of(" \t\n");
     item = b == std::string::npos ? "" : item.substr(b, e - b + 1);
     bool ok = !item.empty() && item.size() <= 10 &&
               item.find_first_not_of("0123456789") == std::string::npos;
@@ -90,6 +98,13 @@ Tokenizer load_tokenizer(const std::string& dir) {
   const std::filesystem::path p = std::filesystem::path(dir) / "tokenizer.json";
   check(std::filesystem::exists(p), p.string(), ": not found (this command needs the model's tokenizer)");
   return Tokenizer::load(dir);
+}
+
+double token_logprob(const float* logits, int vocab, int32_t id) {
+  const float mx = *std::max_element(logits, logits + vocab);
+  double sum = 0;
+  for (int v = 0; v < vocab; ++v) sum += std::exp(static_cast<double>(logits[v]) - mx);
+  return static_cast<double>(logits[id]) - mx - std::log(sum);
 }
 
 namespace {

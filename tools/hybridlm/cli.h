@@ -31,7 +31,8 @@ Subcommand add_inspect(CLI::App& parent);
 Subcommand add_bench(CLI::App& parent);
 Subcommand add_plan(CLI::App& parent);
 
-// "1, 2,3" -> {1, 2, 3}; an item that is not an integer in [0, 2^31) is an Error naming `flag`.
+// "1, 2,3" or "[1, 2, 3]" (as tokenize prints them) -> {1, 2, 3}; "[]" -> {}; an item that is not
+// an integer in [0, 2^31) is an Error naming `flag`.
 std::vector<int32_t> parse_ids(const std::string& s, const char* flag);
 
 // Options every model-loading subcommand shares.
@@ -57,6 +58,9 @@ void report_mlock(const Engine& e);
 void report_cache(Engine& e);
 // DIR/tokenizer.json, or an Error saying the command needs it.
 Tokenizer load_tokenizer(const std::string& dir);
+// log softmax(logits)[id] over a row of `vocab` logits, in double.
+double token_logprob(const float* logits, int vocab, int32_t id);
+
 // Logits of every position are (tokens x vocab) floats; refuse sizes that cannot be held.
 void check_logits_fit(size_t tokens, int vocab, const std::string& what);
 

@@ -1,4 +1,9 @@
-// `hybridlm perplexity`: the perplexity of a text file, in windows of a fixed length.
+// `hybridlm perplexity`: the perplexity of a text file, in windows of -c tokens, each from a fresh
+// state. With --stride S < -c the windows overlap (they start every S tokens) and each window
+// scores only the tokens no earlier window scored, all of them with up to -c tokens of context,
+// as transformers' strided perplexity does.
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -15,67 +20,139 @@
 namespace hybridlm {
 namespace {
 
-int cmd_perplexity(const ModelFlags& mf, const std::string& file, int ctx) {
-  check(ctx >= 2, "--ctx must be >= 2");
+struct PerplexityFlags {
+  ModelFlags model;
+  std::string file;
+  int old_ctx = 0;  // --ctx, the deprecated spelling of -c/--ctx-size
+  int stride = 0;   // 0: the window length (no overlap)
+  int chunks = -1;  // windows at most; -1: all
+};
+
+// One window: tokens [begin, end) from a fresh state, scoring the targets [first, end) (each
+// predicted from the logits of the token before it).
+struct Window {
+  size_t begin, end, first;
+};
+
+std::vector<Window> plan_windows(size_t n_tokens, size_t ctx, size_t stride, int chunks) {
+  std::vector<Window> w;
+  size_t scored_to = 1;  // token 0 has no context: never a target
+  for (size_t b = 0; b + 1 < n_tokens && (chunks < 0 || w.size() < static_cast<size_t>(chunks)); b += stride) {
+    const size_t e = std::min(b + ctx, n_tokens);
+    const size_t first = std::max(scored_to, b + 1);
+    if (first < e) w.push_back({b, e, first});
+    scored_to = e;
+    if (e == n_tokens) break;
+  }
+  return w;
+}
+
+// The offset of the first byte that does not belong to well-formed UTF-8 (RFC 3629: no overlong
+// forms, no surrogates, nothing past U+10FFFF), or npos.
+size_t invalid_utf8_offset(const std::string& s) {
+  for (size_t i = 0; i < s.size();) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    const size_t len = c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+    if (len == 0 || i + len > s.size()) return i;
+    const unsigned char c1 = static_cast<unsigned char>(s[i + 1]);
+    // The second byte's range depends on the first (E0: A0..BF, ED: 80..9F, F0: 90..BF, F4: 80..8F).
+    const unsigned char lo = c == 0xE0 ? 0xA0 : c == 0xF0 ? 0x90 : 0x80;
+    const unsigned char hi = c == 0xED ? 0x9F : c == 0xF4 ? 0x8F : 0xBF;
+    if (c1 < lo || c1 > hi) return i;
+    for (size_t k = 2; k < len; ++k)
+      if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return i;
+    i += len;
+  }
+  return std::string::npos;
+}
+
+// A text file, or an Error naming it: missing, too large, or binary (a NUL byte, invalid UTF-8).
+std::string read_text(const std::string& file) {
+  std::error_code ec;
+  check(!std::filesystem::is_directory(file, ec), file, ": is a directory");
   std::ifstream in(file, std::ios::binary);
   check(static_cast<bool>(in), file, ": cannot open");
-  std::error_code ec;
   const auto fsize = std::filesystem::file_size(file, ec);
   check(!ec && fsize <= (256u << 20), file, ": ", (ec ? ec.message() : format_bytes(static_cast<double>(fsize)) +
                                                                    ", over the 256 MiB limit for one perplexity run"));
   std::stringstream text;
   text << in.rdbuf();
+  std::string s = text.str();
+  const size_t nul = s.find('\0');
+  check(nul == std::string::npos, file, ": not a text file (a NUL byte at offset ", nul, ")");
+  const size_t bad = invalid_utf8_offset(s);
+  check(bad == std::string::npos, file, ": not a text file (invalid UTF-8 at byte offset ", bad, ")");
+  return s;
+}
+
+int cmd_perplexity(PerplexityFlags f) {
+  ModelFlags& mf = f.model;
+  if (f.old_ctx != 0) {
+    std::fprintf(stderr, "warning: --ctx is deprecated; use -c/--ctx-size (the same window length)\n");
+    mf.ctx_size = f.old_ctx;
+  }
+  const int ctx = mf.ctx_size;
+  check(ctx >= 2, "-c/--ctx-size ", ctx, ": must be >= 2 (a window scores its tokens after the first)");
+  const int stride = f.stride == 0 ? ctx : f.stride;
+  check(stride >= 1 && stride <= ctx, "--stride ", f.stride, ": must be in [1, -c/--ctx-size ", ctx, "]");
+  check(f.chunks == -1 || f.chunks >= 1, "--chunks ", f.chunks, ": must be >= 1 (or -1: all)");
+  const std::string text = read_text(f.file);
   Tokenizer tok = load_tokenizer(mf.dir);
   EngineOptions o = mf.options();
-  o.context = ctx;
   Engine engine(mf.dir, o);
   report_mlock(engine);
-  std::vector<int32_t> ids = tok.encode(text.str(), false);
-  check(ids.size() >= 2, file, ": needs at least 2 tokens, has ", ids.size());
+  std::vector<int32_t> ids = tok.encode(text, false);
+  check(ids.size() >= 2, f.file, ": needs at least 2 tokens, has ", ids.size());
   engine.model().check_tokens(ids);
-  check_logits_fit(std::min<size_t>(ctx, ids.size()), engine.vocab_size(), "--ctx");
+  check_logits_fit(std::min<size_t>(ctx, ids.size()), engine.vocab_size(), "-c/--ctx-size");
+  const std::vector<Window> windows = plan_windows(ids.size(), ctx, stride, f.chunks);
+  size_t targets = 0;
+  for (const Window& w : windows) targets += w.end - w.first;
+  const bool tty = isatty(STDERR_FILENO) != 0;
   double nll = 0;
   size_t count = 0;
-  auto t0 = std::chrono::steady_clock::now();
+  const auto t0 = std::chrono::steady_clock::now();
   const int V = engine.vocab_size();
-  // Non-overlapping windows of ctx tokens, each from a fresh state; score tokens 1..n-1 of each.
-  for (size_t b = 0; b + 1 < ids.size(); b += static_cast<size_t>(ctx)) {
-    const size_t n = std::min<size_t>(ctx, ids.size() - b);
-    if (n < 2) break;
+  for (size_t wi = 0; wi < windows.size(); ++wi) {
+    const Window& w = windows[wi];
     const int slot = engine.new_sequence();
-    std::vector<float> logits = engine.prefill(slot, std::span(ids).subspan(b, n), true);
+    std::vector<float> logits = engine.prefill(slot, std::span(ids).subspan(w.begin, w.end - w.begin), true);
     engine.free_sequence(slot);
-    for (size_t i = 0; i + 1 < n; ++i) {
-      const float* l = logits.data() + i * V;
-      const float mx = *std::max_element(l, l + V);
-      double s = 0;
-      for (int v = 0; v < V; ++v) s += std::exp(static_cast<double>(l[v]) - mx);
-      nll += std::log(s) + mx - l[ids[b + i + 1]];
+    for (size_t t = w.first; t < w.end; ++t) {
+      nll -= token_logprob(logits.data() + (t - 1 - w.begin) * V, V, ids[t]);
       ++count;
     }
-    std::fprintf(stderr, "\r[%zu/%zu tokens] running perplexity %.4f", b + n, ids.size(), std::exp(nll / count));
+    // The same count as the summary: tokens scored so far of those that will be.
+    if (tty || wi + 1 == windows.size())
+      std::fprintf(stderr, "%s[%zu/%zu tokens, %zu/%zu windows] running perplexity %.4f", tty ? "\r" : "", count,
+                   targets, wi + 1, windows.size(), std::exp(nll / count));
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::fprintf(stderr, "\n%zu tokens scored in %.2f s (%.1f tokens/s)\n", count, secs, count / secs);
   report_cache(engine);
-  std::printf("perplexity: %.4f over %zu tokens (ctx %d)\n", std::exp(nll / count), count, ctx);
+  std::printf("perplexity: %.4f over %zu tokens (ctx %d, stride %d, %zu windows)\n", std::exp(nll / count), count, ctx,
+              stride, windows.size());
   return 0;
 }
 
 }  // namespace
 
 Subcommand add_perplexity(CLI::App& parent) {
-  struct Flags {
-    ModelFlags model;
-    std::string file;
-    int ctx = 512;
-  };
-  auto f = std::make_shared<Flags>();
+  auto f = std::make_shared<PerplexityFlags>();
   CLI::App* ppl = parent.add_subcommand("perplexity", "perplexity of a text file");
+  f->model.ctx_size = 512;  // the window length (-c/--ctx-size), as llama.cpp's perplexity
   f->model.add(ppl);
-  ppl->add_option("-f,--file", f->file, "text file")->required();
-  ppl->add_option("--ctx", f->ctx, "window length in tokens (non-overlapping, fresh state each)")->capture_default_str();
-  return {ppl, [f] { return cmd_perplexity(f->model, f->file, f->ctx); }};
+  ppl->add_option("-f,--file", f->file, "text file (UTF-8)")->required();
+  ppl->add_option("--ctx", f->old_ctx, "deprecated: use -c/--ctx-size");
+  ppl->add_option("--stride", f->stride,
+                  "start a window every this many tokens (default: -c, no overlap; smaller: overlapping windows, "
+                  "each scoring only new tokens)");
+  ppl->add_option("--chunks", f->chunks, "score at most this many windows (-1 = all)")->capture_default_str();
+  return {ppl, [f] { return cmd_perplexity(*f); }};
 }
 
 }  // namespace hybridlm
