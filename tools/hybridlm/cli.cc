@@ -66,6 +66,12 @@ class LoadReport {
  public:
   LoadReport(bool verbose, std::string requested)
       : verbose_(verbose), in_place_(!verbose && isatty(STDERR_FILENO)), requested_(std::move(requested)) {}
+  // A load that failed mid-way: the error line starts on a line of its own.
+  ~LoadReport() {
+    if (open_line_) std::fputc('\n', stderr);
+  }
+  LoadReport(const LoadReport&) = delete;
+  LoadReport& operator=(const LoadReport&) = delete;
 
   void tensor(const TensorLoaded& t) {
     const double now = std::chrono::duration<double>(clock::now() - start_).count();
