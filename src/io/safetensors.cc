@@ -346,6 +346,11 @@ Checkpoint Checkpoint::open(const std::filesystem::path& dir, bool use_mmap) {
   return ck;
 }
 
+bool Checkpoint::present(const std::filesystem::path& dir) {
+  std::error_code ec;
+  return std::filesystem::exists(dir / kIndexName, ec) || std::filesystem::exists(dir / kSingleName, ec);
+}
+
 const TensorInfo* Checkpoint::find(const std::string& name) const {
   auto it = index_.find(name);
   return it == index_.end() ? nullptr : it->second;

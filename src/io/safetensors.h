@@ -60,6 +60,8 @@ class Checkpoint {
   Checkpoint& operator=(Checkpoint&&) noexcept = default;
 
   static Checkpoint open(const std::filesystem::path& dir, bool use_mmap = true);
+  // Whether `dir` holds a checkpoint to open (model.safetensors or its index), valid or not.
+  static bool present(const std::filesystem::path& dir);
   // nullptr if absent.
   const TensorInfo* find(const std::string& name) const;
   // Throws Error "<dir>: missing tensor '<name>'" if absent.

@@ -30,8 +30,10 @@ float AttentionSpec::softmax_scale() const {
   return scale > 0 ? scale : 1.0f / std::sqrt(static_cast<float>(head_dim));
 }
 
-static std::string block_label(const BlockSpec& b) {
-  std::string s = b.mixer == MixerKind::None ? "" : mixer_kind_name(b.mixer);
+std::string block_label(const BlockSpec& b) {
+  // Zamba2 hybrid layers run their shared transformer block before the mixer.
+  std::string s = b.shared_block >= 0 ? "shared_attention" : "";
+  if (b.mixer != MixerKind::None) s += std::string(s.empty() ? "" : "+") + mixer_kind_name(b.mixer);
   if (b.ffn.kind != FfnKind::None) s += std::string(s.empty() ? "" : "+") + (b.ffn.kind == FfnKind::Moe ? "moe" : "mlp");
   return s;
 }
@@ -145,6 +147,13 @@ HybridConfig parse_config(const nlohmann::json& j, const std::string& where, Nor
       HybridConfig c = f.parse(keys, mamba2_norm);
       c.family = f.model_type;
       c.architecture = arch;
+      // The dtype transformers saved the weights in: `dtype` (transformers >= 4.56) or
+      // `torch_dtype`; only `plan --config` reads it (a checkpoint's own headers say more).
+      for (const char* key : {"dtype", "torch_dtype"})
+        if (keys.has(key) && keys.raw(key).is_string()) {
+          c.torch_dtype = keys.raw(key).get<std::string>();
+          break;
+        }
       return c;
     }
   }

@@ -173,11 +173,18 @@ struct HybridConfig {
   // Global tensor names (the family's layout).
   std::string embedding_name, final_norm_name, lm_head_name = "lm_head.weight";
   std::string embedding_alias;  // read when the checkpoint has no embedding_name (may be empty)
+  // config.json's `dtype` / `torch_dtype` ("bfloat16", "float32", ...); empty when absent.
+  std::string torch_dtype;
 
   int n_layers() const { return static_cast<int>(blocks.size()); }
-  // e.g. "mamba1 x24" or "mamba2 x2, attention x1"; a feed-forward shows as "+mlp" / "+moe"
+  // e.g. "mamba1 x24" or "mamba2 x2, attention x1"; a feed-forward shows as "+mlp" / "+moe",
+  // Zamba2's shared transformer block as "shared_attention+" (block_label of each layer).
   std::string layer_pattern() const;
 };
+
+// One layer's kinds in run order: "mamba2", "attention+mlp", "mamba2||attention+mlp" (parallel
+// mixers), "shared_attention+mamba2" (a Zamba2 hybrid layer).
+std::string block_label(const BlockSpec& b);
 
 // Reads <dir>/config.json and dispatches on `architectures` / `model_type` to a family adapter.
 // Errors name the file and the key.

@@ -16,7 +16,9 @@ Model Model::load(const std::filesystem::path& dir, const LoadOptions& opt) {
   // pages released, WeightReader::slice) and the mapping is closed once loading ends: reading the
   // whole files into memory first held them beside the copy (peak RSS twice the weights).
   auto ckpt = std::make_shared<const Checkpoint>(Checkpoint::open(dir, /*use_mmap=*/true));
-  const WeightReader r(*ckpt, opt.dtype, /*zero_copy=*/opt.use_mmap);
+  m.stored_dtype_ = checkpoint_weight_dtype(*ckpt);
+  m.dtype_ = opt.dtype ? *opt.dtype : auto_weight_dtype(m.stored_dtype_);
+  const WeightReader r(*ckpt, m.dtype_, /*zero_copy=*/opt.use_mmap, opt.on_tensor);
   m.load_weights(r);
   for (const TensorEntry& t : tensors(m.cfg_))
     if (t.kind != TensorEntry::Vector) m.matmul_cols_ = std::max(m.matmul_cols_, static_cast<int>(t.shape.back()));

@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -19,11 +20,15 @@
 namespace hybridlm {
 
 struct LoadOptions {
-  WeightDType dtype = WeightDType::F32;
+  // Weights in memory; nullopt: --dtype auto, auto_weight_dtype of the checkpoint's own dtype
+  // (checkpoint_weight_dtype).
+  std::optional<WeightDType> dtype = WeightDType::F32;
   NormGrouping mamba2_norm = NormGrouping::Grouped;
   // Map the safetensors files; matrices already in the requested dtype are then used in place
   // (no copy). false reads the files into memory and converts every weight.
   bool use_mmap = true;
+  // Hears of every tensor once read (progress, --verbose); may be empty.
+  TensorLoadedFn on_tensor;
 };
 
 struct LayerWeights {
@@ -55,6 +60,9 @@ class Model {
   // Bytes of every tensor as held in memory (copied or mapped), counted as it was loaded.
   size_t weight_bytes() const { return weight_bytes_; }
   size_t mapped_bytes() const { return mapped_bytes_; }
+  // The dtype the big matrices are held in, and the checkpoint's own (checkpoint_weight_dtype).
+  WeightDType weight_dtype() const { return dtype_; }
+  DType stored_dtype() const { return stored_dtype_; }
   // Every tensor a model of this config declares (names, shapes, kinds), from the same loaders
   // that read a checkpoint: parameter counts and `plan` read this.
   static std::vector<TensorEntry> tensors(const HybridConfig& c);
@@ -93,6 +101,8 @@ class Model {
   std::vector<SharedBlockWeights> shared_;  // Zamba2's shared transformer blocks
   int matmul_cols_ = 0;  // the widest matrix (a matmul's input width)
   size_t params_ = 0, weight_bytes_ = 0, mapped_bytes_ = 0;
+  WeightDType dtype_ = WeightDType::F32;
+  DType stored_dtype_ = DType::F32;
   std::shared_ptr<const Checkpoint> checkpoint_;  // kept while matrices point into its mapping
 };
 

@@ -4,6 +4,9 @@
 #pragma once
 
 #include <cstddef>
+#include <filesystem>
+#include <functional>
+#include <string>
 #include <vector>
 
 #include "cache/hybrid_cache.h"
@@ -24,5 +27,18 @@ size_t matrix_param_count(const HybridConfig& c);
 // with --no-mmap; mapped matrices take rows x cols x dtype bytes instead of their panel padding).
 size_t weight_bytes(const HybridConfig& c, WeightDType dtype);
 
+// A model's own weight dtype, and where it was read.
+struct StoredDType {
+  DType dtype = DType::F32;
+  std::string source;  // "safetensors headers", "config.json torch_dtype", ...
+};
+// From the safetensors headers in `dir` when it holds a checkpoint (checkpoint_weight_dtype),
+// else from its config.json.
+StoredDType stored_dtype(const std::filesystem::path& dir);
+// From a config alone: its torch_dtype (f32 when absent, as transformers assumes).
+StoredDType stored_dtype(const HybridConfig& c);
+// --dtype as the CLI's loader (ModelFlags::options) and `plan` both resolve it: f32, bf16, q8_0
+// as given; auto: auto_weight_dtype of the model's own dtype, asking `stored` only then.
+WeightDType resolve_weight_dtype(const std::string& flag, const std::function<StoredDType()>& stored);
 
 }  // namespace hybridlm

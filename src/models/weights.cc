@@ -1,5 +1,6 @@
 #include "models/weights.h"
 
+#include <map>
 #include <sstream>
 
 #include "base/error.h"
@@ -10,7 +11,39 @@ WeightDType parse_weight_dtype(const std::string& s) {
   if (s == "f32") return WeightDType::F32;
   if (s == "bf16") return WeightDType::BF16;
   if (s == "q8_0") return WeightDType::Q8_0;
-  throw Error("--dtype " + s + ": unsupported (use f32, bf16 or q8_0)");
+  throw Error("--dtype " + s + ": unsupported (use auto, f32, bf16 or q8_0)");
+}
+
+const char* weight_dtype_name(WeightDType t) {
+  switch (t) {
+    case WeightDType::F32: return "f32";
+    case WeightDType::BF16: return "bf16";
+    case WeightDType::Q8_0: return "q8_0";
+  }
+  return "?";
+}
+
+WeightDType auto_weight_dtype(DType stored) {
+  return stored == DType::BF16 || stored == DType::F16 ? WeightDType::BF16 : WeightDType::F32;
+}
+
+DType checkpoint_weight_dtype(const Checkpoint& ckpt) {
+  std::map<DType, int64_t> elements;
+  for (const auto& [name, t] : ckpt.all()) elements[t->dtype] += t->numel();
+  DType best = DType::F32;
+  int64_t most = -1;
+  for (const auto& [dtype, n] : elements)
+    if (n > most || (n == most && dtype_size(dtype) > dtype_size(best))) {
+      best = dtype;
+      most = n;
+    }
+  return best;
+}
+
+DType torch_dtype_of(const std::string& torch_dtype) {
+  if (torch_dtype == "bfloat16") return DType::BF16;
+  if (torch_dtype == "float16") return DType::F16;
+  return DType::F32;
 }
 
 static std::string shape_str(const std::vector<int64_t>& s) {
@@ -19,6 +52,23 @@ static std::string shape_str(const std::vector<int64_t>& s) {
   for (size_t i = 0; i < s.size(); ++i) os << (i ? ", " : "") << s[i];
   os << (s.size() == 1 ? ",)" : ")");
   return os.str();
+}
+
+WeightReader::WeightReader(const Checkpoint& ckpt, WeightDType dtype, bool zero_copy, TensorLoadedFn on_tensor)
+    : ckpt_(ckpt), dtype_(dtype), zero_copy_(zero_copy), on_tensor_(std::move(on_tensor)) {
+  for (const auto& [name, t] : ckpt_.all()) total_ += t->nbytes;
+}
+
+// m: the (first) matrix it became, or null for an f32 vector.
+void WeightReader::report(const TensorInfo& t, const Matrix* m, size_t bytes) const {
+  read_ += t.nbytes;
+  if (!on_tensor_) return;
+  std::string held = "f32";
+  if (m) {
+    held = m->dtype == DType::I8 ? "q8_0" : m->dtype == DType::BF16 ? "bf16" : "f32";
+    held += m->mapped ? " mapped" : m->panels ? " panels" : "";
+  }
+  on_tensor_({t, held, bytes, read_, total_});
 }
 
 const TensorInfo& WeightReader::checked(const std::string& name, const std::vector<int64_t>& shape) const {
@@ -96,7 +146,9 @@ Matrix WeightReader::slice(const TensorInfo& t, int64_t row0, int rows, int cols
 
 Matrix WeightReader::matrix(const std::string& name, std::vector<int64_t> shape) const {
   const TensorInfo& t = checked(name, shape);
-  return slice(t, 0, static_cast<int>(shape.front()), static_cast<int>(t.numel() / shape.front()));
+  Matrix m = slice(t, 0, static_cast<int>(shape.front()), static_cast<int>(t.numel() / shape.front()));
+  report(t, &m, m.bytes());
+  return m;
 }
 
 std::vector<Matrix> WeightReader::stacked(const std::string& name, std::vector<int64_t> shape) const {
@@ -105,6 +157,9 @@ std::vector<Matrix> WeightReader::stacked(const std::string& name, std::vector<i
   std::vector<Matrix> out;
   for (int64_t e = 0; e < shape[0]; ++e)
     out.push_back(slice(t, e * shape[1], static_cast<int>(shape[1]), static_cast<int>(shape[2])));
+  size_t bytes = 0;
+  for (const Matrix& m : out) bytes += m.bytes();
+  report(t, out.empty() ? nullptr : &out.front(), bytes);
   return out;
 }
 
@@ -113,6 +168,7 @@ std::vector<float> WeightReader::vector(const std::string& name, std::vector<int
   std::vector<float> f(static_cast<size_t>(t.numel()));
   t.to_f32(f.data());
   held_ += f.size() * sizeof(float);
+  report(t, nullptr, f.size() * sizeof(float));
   return f;
 }
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,21 @@ namespace hybridlm {
 enum class WeightDType { F32, BF16, Q8_0 };
 // "f32" / "bf16" / "q8_0"; throws Error otherwise.
 WeightDType parse_weight_dtype(const std::string& s);
+const char* weight_dtype_name(WeightDType t);
+
+// --dtype auto: the checkpoint's own dtype where the CPU path computes it at full speed. bf16
+// stays bf16 (mapped in place); f16, which no kernel takes, loads as bf16: the same two bytes a
+// weight, rounded from f16's 10 mantissa bits to bf16's 7 (a relative change <= 2^-9, what every
+// bf16 checkpoint already has; --dtype f32 keeps f16 weights exact at twice the memory). f32,
+// and anything else (f64), loads as f32.
+WeightDType auto_weight_dtype(DType stored);
+// The dtype a checkpoint's weights are stored in: the dtype holding most of its parameters
+// (elements; a tie goes to the wider dtype). Checkpoints are rarely mixed; when they are, the big
+// matrices decide (bf16 projections with f32 norms and A_log are a bf16 checkpoint).
+DType checkpoint_weight_dtype(const Checkpoint& ckpt);
+// config.json's torch_dtype ("float32", "bfloat16", "float16"; absent or other: f32, transformers'
+// own default), for sizing a model from its config alone.
+DType torch_dtype_of(const std::string& torch_dtype);
 
 struct Matrix {
   DType dtype = DType::F32;
@@ -77,13 +93,23 @@ class TensorSource {
   virtual const TensorInfo* find(const std::string& name) const = 0;
 };
 
+// What the loader reports after each tensor it read (LoadOptions::on_tensor): progress lines and
+// --verbose's per-tensor lines.
+struct TensorLoaded {
+  const TensorInfo& tensor;  // the checkpoint's entry (name, dtype, shape, file)
+  std::string held;          // how memory holds it: "bf16 mapped", "bf16 panels", "q8_0", "f32", ...
+  size_t bytes_held = 0;     // its bytes in memory
+  size_t bytes_read = 0, bytes_total = 0;  // checkpoint bytes read so far, of all its tensors'
+};
+using TensorLoadedFn = std::function<void(const TensorLoaded&)>;
+
 // Reads tensors from a checkpoint with shape checks whose errors name the tensor.
 class WeightReader final : public TensorSource {
  public:
   // zero_copy: matrices whose on-disk dtype is the requested one point into the checkpoint's
-  // mapping instead of being copied (the caller keeps the Checkpoint alive).
-  WeightReader(const Checkpoint& ckpt, WeightDType dtype, bool zero_copy = false)
-      : ckpt_(ckpt), dtype_(dtype), zero_copy_(zero_copy) {}
+  // mapping instead of being copied (the caller keeps the Checkpoint alive). on_tensor, if set,
+  // hears of every tensor once it is read.
+  WeightReader(const Checkpoint& ckpt, WeightDType dtype, bool zero_copy = false, TensorLoadedFn on_tensor = {});
   Matrix matrix(const std::string& name, std::vector<int64_t> shape) const override;
   std::vector<float> vector(const std::string& name, std::vector<int64_t> shape) const override;
   std::vector<Matrix> stacked(const std::string& name, std::vector<int64_t> shape) const override;
@@ -97,10 +123,13 @@ class WeightReader final : public TensorSource {
   const TensorInfo& checked(const std::string& name, const std::vector<int64_t>& shape) const;
   // Rows [row0, row0 + rows) of a tensor viewed as (*, cols), in the requested dtype.
   Matrix slice(const TensorInfo& t, int64_t row0, int rows, int cols) const;
+  void report(const TensorInfo& t, const Matrix* m, size_t bytes) const;
   const Checkpoint& ckpt_;
   WeightDType dtype_;
   bool zero_copy_;
-  mutable size_t params_ = 0, mapped_ = 0, held_ = 0;
+  TensorLoadedFn on_tensor_;
+  size_t total_ = 0;  // bytes of every tensor in the checkpoint
+  mutable size_t params_ = 0, mapped_ = 0, held_ = 0, read_ = 0;
 };
 
 // One tensor a model declares, from its config alone.

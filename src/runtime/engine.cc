@@ -70,6 +70,9 @@ Engine::Engine(const std::filesystem::path& dir, const EngineOptions& opt)
   // tokens) or every sequence decoding at once. A larger step grows them once.
   model_.reserve(scratch_, ctx_, std::max(kPrefillChunk, opt.max_sequences), opt.max_sequences);
   if (opt.mlock && mlockall(MCL_CURRENT) != 0) mlock_error_ = std::strerror(errno);
+  info_ = opt.info;
+  if (opt.on_ready)
+    opt.on_ready(*this, std::chrono::duration<double>(std::chrono::steady_clock::now() - created_).count());
 }
 
 std::span<const float> Engine::step(std::span<const int32_t> tokens, std::span<const BatchRun> runs,

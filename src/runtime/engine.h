@@ -17,6 +17,8 @@
 
 namespace hybridlm {
 
+class Engine;
+
 struct EngineOptions {
   LoadOptions load;
   int threads = 0;        // 0 = hardware concurrency
@@ -34,6 +36,11 @@ struct EngineOptions {
   // The kernels every forward calls: cpu_kernels() (the default) or ref_kernels(), the scalar
   // oracle, to run a whole model on the reference (slow; for checking, kernels_by_name).
   const KernelTable* kernels = nullptr;  // nullptr = cpu_kernels()
+  // Reports for a person (the CLI sets them from --quiet / --verbose, tools/hybridlm/cli.cc);
+  // empty: silent. Errors are thrown, never reported here. on_ready: once the engine is built,
+  // with the seconds loading and allocating took; info: informational lines (the cache a run used).
+  std::function<void(const Engine&, double seconds)> on_ready;
+  std::function<void(const std::string&)> info;
 };
 
 // The spelling of cache dtypes on the command line (--state-dtype, --kv-dtype): "f32", "bf16",
@@ -47,11 +54,16 @@ class Engine {
 
   const Model& model() const { return model_; }
   HybridCache& cache() { return *cache_; }
+  const HybridCache& cache() const { return *cache_; }
   int vocab_size() const { return model_.config().vocab_size; }
   int threads() const { return pool_.size(); }
   const KernelTable& kernels() const { return *ctx_.ops; }
   // With EngineOptions::mlock: whether locking succeeded ("" if so, else the reason).
   const std::string& mlock_error() const { return mlock_error_; }
+  // An informational line through EngineOptions::info (dropped without one).
+  void info(const std::string& line) const {
+    if (info_) info_(line);
+  }
 
   int new_sequence() { return cache_->add(); }
   void free_sequence(int seq) { cache_->remove(seq); }
@@ -67,6 +79,7 @@ class Engine {
   std::vector<float> prefill(int seq, std::span<const int32_t> tokens, bool all_logits, int chunk = kPrefillChunk);
 
  private:
+  std::chrono::steady_clock::time_point created_ = std::chrono::steady_clock::now();  // before the load
   Model model_;
   ThreadPool pool_;
   KernelContext ctx_;
@@ -74,6 +87,7 @@ class Engine {
   ForwardScratch scratch_;
   std::vector<float> logits_;
   std::string mlock_error_;
+  std::function<void(const std::string&)> info_;
 };
 
 struct GenerateOptions {

@@ -14,7 +14,8 @@ computes in float32 (bf16/f16 weights widened on load, as the reference does in 
 the error is float32 rounding accumulated over a few layers and <= 70 steps of recurrence;
 1e-4 of the logit scale leaves ~100x headroom over that and is far below any semantic error.
 The engine runs with --kv-dtype f32 (exact KV storage) unless a case names another KV dtype
-and its own tolerance.
+and its own tolerance, and with --dtype f32 unless a case names another (the engine's default,
+--dtype auto, would hold f16 weights as bf16, rounding them).
 
 Prints one line per case and a last line "N passed, M failed"; exit status 1 on any failure.
 """
@@ -155,11 +156,13 @@ def run_case(index, name, args, T, binary, scratch, extra=None):
     ids[rng.integers(0, T)] = model.vocab - 1   # the ends of the vocab range
     ids[rng.integers(0, T)] = 0
     out = os.path.join(d, "logits.npy")
-    # The KV cache in f32 (the engine defaults to bf16): TOL is for the exact computation; a case
-    # may ask for another --kv-dtype with its own tolerance.
+    # The KV cache and the weights in f32 (the engine defaults to bf16 KV and --dtype auto): TOL is
+    # for the exact computation; a case may ask for another --kv-dtype or --dtype.
     engine_flags = extra.get("engine", [])
     if "--kv-dtype" not in engine_flags:
         engine_flags = ["--kv-dtype", "f32"] + engine_flags
+    if "--dtype" not in engine_flags:
+        engine_flags = ["--dtype", "f32"] + engine_flags
     tol = extra.get("tol", TOL)
     cmd = [binary, "score", "-m", d, "--ids", ",".join(str(int(i)) for i in ids),
            "--logits-out", out] + engine_flags

@@ -24,11 +24,17 @@ def check(name, cond, detail=""):
     print(("PASS " if cond else "FAIL ") + name + ("" if cond else f"  [{detail}]"))
 
 
+# Lines a model-loading command writes before it fails: the load progress and summary.
+REPORT_PREFIXES = ("loading weights: ", "loaded ")
+
+
 def expect_error(name, args, code, needle):
-    """`args` exits with `code` and writes exactly one line to stderr, containing `needle`."""
+    """`args` exits with `code` and writes one error line to stderr, containing `needle`: the only
+    line, or the last after the load report when the error came after loading."""
     rc, out, err = run(*args)
     lines = [l for l in err.strip().splitlines() if l]
-    check(name, rc == code and any(needle in l for l in lines) and len(lines) == 1,
+    check(name, rc == code and lines and needle in lines[-1] and
+          all(l.startswith(REPORT_PREFIXES) for l in lines[:-1]),
           f"rc={rc} stderr={err.strip()[:300]!r}")
 
 

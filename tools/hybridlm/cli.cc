@@ -1,10 +1,18 @@
 #include "tools/hybridlm/cli.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cctype>
+#include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
+#include <memory>
 
 #include "base/error.h"
+#include "base/thread_pool.h"
+#include "models/plan.h"
 #include "tools/hybridlm/format.h"
 
 namespace hybridlm {
@@ -35,13 +43,119 @@ std::vector<int32_t> parse_ids(const std::string& text, const char* flag) {
   return ids;
 }
 
+std::string model_dir_of(std::string path) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) return path;
+  const std::string parent = std::filesystem::path(path).parent_path().string();
+  return parent.empty() ? std::string(".") : parent;
+}
+
+void check_model_path(const std::string& dir) {
+  std::error_code ec;
+  check(std::filesystem::exists(dir, ec), "-m ", dir, ": no such file or directory");
+}
+
+std::string lower_dtype(DType t) {
+  std::string s(dtype_name(t));
+  for (char& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  return s;
+}
+
+namespace {
+
+// What a model-loading command says on stderr while and after loading (ModelFlags::options
+// wires it into EngineOptions; --quiet leaves it out).
+// - Progress, "loading weights: 45% (1.20 GiB of 2.67 GiB, 1.3 s)", once loading has taken 1 s,
+//   from the start for weights of 1 GiB or more, and always with --verbose; a few times a second,
+//   rewritten in place (\r) only when stderr is a terminal, else one line each, once a second.
+// - One summary line when the engine is ready (load_summary).
+// - With --verbose, a line per checkpoint tensor: its name, dtype, shape and how memory holds it.
+class LoadReport {
+ public:
+  LoadReport(bool verbose, std::string requested)
+      : verbose_(verbose), in_place_(!verbose && isatty(STDERR_FILENO)), requested_(std::move(requested)) {}
+  // A load that failed mid-way: the error line starts on a line of its own.
+  ~LoadReport() {
+    if (open_line_) std::fputc('\n', stderr);
+  }
+  LoadReport(const LoadReport&) = delete;
+  LoadReport& operator=(const LoadReport&) = delete;
+
+  void tensor(const TensorLoaded& t) {
+    const double now = std::chrono::duration<double>(clock::now() - start_).count();
+    if (verbose_) {
+      if (t.tensor.file != file_) std::fprintf(stderr, "reading %s\n", (file_ = t.tensor.file).c_str());
+      std::string shape;
+      for (int64_t d : t.tensor.shape) shape += (shape.empty() ? "" : ", ") + std::to_string(d);
+      std::fprintf(stderr, "  %s: %s (%s) -> %s, %s\n", t.tensor.name.c_str(), lower_dtype(t.tensor.dtype).c_str(),
+                   shape.c_str(), t.held.c_str(), format_bytes(static_cast<double>(t.bytes_held)).c_str());
+    }
+    constexpr double kLarge = 1024.0 * 1024 * 1024;
+    const bool done = t.bytes_read >= t.bytes_total;
+    if (!(verbose_ || now >= 1.0 || static_cast<double>(t.bytes_total) >= kLarge)) return;
+    if (!done && shown_ && now - last_ < (in_place_ ? 0.25 : 1.0)) return;
+    last_ = now;
+    shown_ = true;
+    const double total = static_cast<double>(t.bytes_total);
+    std::fprintf(stderr, "%sloading weights: %3.0f%% (%s of %s, %.1f s)%s", in_place_ ? "\r" : "",
+                 total > 0 ? 100.0 * static_cast<double>(t.bytes_read) / total : 100.0,
+                 format_bytes(static_cast<double>(t.bytes_read)).c_str(), format_bytes(total).c_str(), now,
+                 in_place_ && !done ? "" : "\n");
+    open_line_ = in_place_ && !done;
+  }
+
+  // "loaded jamba: 6.73 M parameters, weights bf16 (checkpoint bf16, --dtype auto), state f32,
+  // KV bf16, cpu path avx2, 2 threads, 0.05 s"
+  void ready(const Engine& e, double seconds) {
+    if (open_line_) std::fputc('\n', stderr);  // the loader skipped a tensor: end the \r line
+    open_line_ = false;
+    const Model& m = e.model();
+    const HybridCache& c = e.cache();
+    const double p = static_cast<double>(m.param_count());
+    char params[32];
+    std::snprintf(params, sizeof params, p >= 1e9 ? "%.2f B" : "%.2f M", p >= 1e9 ? p / 1e9 : p / 1e6);
+    const std::string path = std::string(e.kernels().name) == "cpu" ? std::string("cpu path ") + cpu::active_path()
+                                                                     : std::string(e.kernels().name) + " kernels";
+    std::fprintf(stderr, "loaded %s: %s parameters, weights %s (checkpoint %s%s), state %s, KV %s, %s, %d thread%s, %.2f s\n",
+                 m.config().family.c_str(), params, weight_dtype_name(m.weight_dtype()),
+                 lower_dtype(m.stored_dtype()).c_str(), requested_ == "auto" ? ", --dtype auto" : "",
+                 c.has_state() ? cache_dtype_name(c.state_dtype()) : "none",
+                 c.has_kv() ? cache_dtype_name(c.kv_dtype()) : "none", path.c_str(), e.threads(),
+                 e.threads() == 1 ? "" : "s", seconds);
+    if (verbose_)
+      std::fprintf(stderr, "weights: %s in memory, %s of it used in place from the mapped files\n",
+                   format_bytes(static_cast<double>(m.weight_bytes())).c_str(),
+                   format_bytes(static_cast<double>(m.mapped_bytes())).c_str());
+  }
+
+ private:
+  using clock = std::chrono::steady_clock;
+  const bool verbose_, in_place_;
+  const std::string requested_;  // the --dtype flag
+  const clock::time_point start_ = clock::now();
+  double last_ = 0;
+  bool shown_ = false, open_line_ = false;
+  std::string file_;
+};
+
+}  // namespace
+
 void ModelFlags::add(CLI::App* app, bool with_threads) {
-  app->add_option("-m,--model", dir, "model directory (config.json, *.safetensors, tokenizer.json)")->required();
-  app->add_option("--dtype", dtype, "weights in memory: f32, bf16 or q8_0 (int8 blocks of 32, converted at load)")->capture_default_str();
+  // A file inside the model directory (model.safetensors, config.json) stands for the directory.
+  app->add_option("-m,--model", dir, "model directory (config.json, *.safetensors, tokenizer.json), or a file in it")
+      ->required()
+      ->transform(model_dir_of, "", "");
+  app->add_option("--dtype", dtype,
+                  "weights in memory: auto (the checkpoint's: bf16 stays bf16, f16 loads as bf16, f32 as f32), "
+                  "f32, bf16 or q8_0 (int8 blocks of 32, converted at load)")
+      ->capture_default_str();
   app->add_option("--mamba2-norm", mamba2_norm,
                   "Mamba-2 gated norm: grouped (mamba_ssm, llama.cpp) or full (transformers torch path)")
       ->capture_default_str();
-  if (with_threads) app->add_option("-t,--threads", threads, "threads (0 = all cores)");
+  if (with_threads)
+    app->add_option("-t,--threads", threads,
+                    "threads; 0 = all " + std::to_string(available_cores()) + " CPUs this process may use")
+        ->capture_default_str();
   app->add_flag("--no-mmap", no_mmap, "read weights into memory instead of mapping the files");
   app->add_flag("--mlock", mlock, "lock the weights in RAM (no paging out; may need a higher RLIMIT_MEMLOCK)");
   app->add_option("-c,--ctx-size", ctx_size, "tokens per sequence the KV cache holds (attention layers only)")
@@ -53,15 +167,23 @@ void ModelFlags::add(CLI::App* app, bool with_threads) {
       ->capture_default_str();
   app->add_option("--kernels", kernels, "cpu (optimised) or ref (the scalar reference kernels, slow: for checking)")
       ->capture_default_str();
+  app->add_flag("--quiet", quiet, "no load summary, progress or cache lines on stderr (errors and warnings still)");
+  app->add_flag("--verbose", verbose, "also a line per tensor loaded, and load progress however fast")
+      ->excludes(app->get_option("--quiet"));
 }
+
 EngineOptions ModelFlags::options() const {
+  check_model_path(dir);
   EngineOptions o;
-  o.load.dtype = parse_weight_dtype(dtype);
+  o.load.dtype = resolve_weight_dtype(dtype, [&] { return stored_dtype(dir); });
   check(mamba2_norm == "grouped" || mamba2_norm == "full", "--mamba2-norm ", mamba2_norm, ": use grouped or full");
   o.load.mamba2_norm = mamba2_norm == "full" ? NormGrouping::Full : NormGrouping::Grouped;
   o.load.use_mmap = !no_mmap;
   o.mlock = mlock;
   check(threads >= 0 && threads <= 1024, "--threads ", threads, ": must be in [0, 1024]");
+  if (const int cores = available_cores(); threads > cores)
+    std::fprintf(stderr, "warning: --threads %d is more than the %d CPUs this process may use: threads will take "
+                 "turns (slower); 0 uses all\n", threads, cores);
   o.threads = threads;
   o.max_sequences = 1;
   check(ctx_size > 0 && ctx_size <= (1 << 24), "--ctx-size ", ctx_size, ": must be in [1, 2^24]");
@@ -72,6 +194,12 @@ EngineOptions ModelFlags::options() const {
     o.kernels = &kernels_by_name(kernels);
   } catch (const Error& e) {
     throw Error(std::string("--") + e.what());
+  }
+  if (!quiet) {
+    auto report = std::make_shared<LoadReport>(verbose, dtype);
+    o.load.on_tensor = [report](const TensorLoaded& t) { report->tensor(t); };
+    o.on_ready = [report](const Engine& e, double seconds) { report->ready(e, seconds); };
+    o.info = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
   }
   return o;
 }
@@ -91,10 +219,11 @@ void report_cache(Engine& e) {
   if (c.has_kv())
     line += std::string(line.empty() ? "" : "; ") + "KV " + cache_dtype_name(c.kv_dtype()) + ", " +
             format_bytes(static_cast<double>(c.kv_bytes_per_token())) + " per token";
-  std::fprintf(stderr, "cache: %s\n", line.empty() ? "none" : line.c_str());
+  e.info("cache: " + (line.empty() ? std::string("none") : line));
 }
 
 Tokenizer load_tokenizer(const std::string& dir) {
+  check_model_path(dir);
   const std::filesystem::path p = std::filesystem::path(dir) / "tokenizer.json";
   check(std::filesystem::exists(p), p.string(), ": not found (this command needs the model's tokenizer)");
   return Tokenizer::load(dir);

@@ -35,28 +35,43 @@ Subcommand add_plan(CLI::App& parent);
 // an integer in [0, 2^31) is an Error naming `flag`.
 std::vector<int32_t> parse_ids(const std::string& s, const char* flag);
 
-// Options every model-loading subcommand shares.
+// Options every model-loading subcommand shares. Their defaults are the runtime's (EngineOptions),
+// and `plan` takes the same defaults (plan.cc).
 struct ModelFlags {
-  std::string dir;
-  std::string dtype = "f32";
+  std::string dir;  // -m: the model directory (a file given inside one is read as its directory)
+  std::string dtype = "auto";  // resolve_weight_dtype (models/plan.h)
   std::string mamba2_norm = "grouped";
   int threads = 0;
   int ctx_size = 4096;
-  std::string state_dtype = "f32";
+  std::string state_dtype = cache_dtype_name(EngineOptions{}.state_dtype);  // f32
   std::string kernels = "cpu";
   std::string kv_dtype = cache_dtype_name(EngineOptions{}.kv_dtype);  // bf16
   bool no_mmap = false, mlock = false;
+  // --quiet: no load summary, progress or cache lines (errors and warnings still print);
+  // --verbose: also a line per checkpoint tensor and progress however fast the load.
+  bool quiet = false, verbose = false;
 
   void add(CLI::App* app, bool with_threads = true);
+  // The flags as EngineOptions, checked (the model path first, then every value); --dtype auto
+  // resolved from the checkpoint's headers. Warns on stderr of --threads above the CPUs there
+  // are. The options report loading on stderr as --quiet / --verbose say.
   EngineOptions options() const;
 };
 
+// A checkpoint dtype in the CLI's spelling: "BF16" (safetensors) -> "bf16".
+std::string lower_dtype(DType t);
+// -m's value: a file inside a model directory (DIR/model.safetensors, DIR/config.json) stands for
+// DIR; anything else is kept as given.
+std::string model_dir_of(std::string path);
+// -m's path, or an Error naming it when it does not exist (before anything reads the model).
+void check_model_path(const std::string& dir);
+
 // --mlock that the OS refused is a warning, as in llama.cpp: the run still works, just unlocked.
 void report_mlock(const Engine& e);
-// The cache storage a run actually used (after defaults), one line on stderr: "cache: state bf16,
-// 1.2 MiB per sequence; KV bf16, 4 KiB per token".
+// The cache storage a run actually used (after defaults), one line through Engine::info (stderr
+// unless --quiet): "cache: state bf16, 1.2 MiB per sequence; KV bf16, 4 KiB per token".
 void report_cache(Engine& e);
-// DIR/tokenizer.json, or an Error saying the command needs it.
+// DIR/tokenizer.json, or an Error saying the command needs it (check_model_path first).
 Tokenizer load_tokenizer(const std::string& dir);
 // log softmax(logits)[id] over a row of `vocab` logits, in double.
 double token_logprob(const float* logits, int vocab, int32_t id);

@@ -16,20 +16,6 @@
 
 namespace hybridlm {
 
-namespace {
-
-// The weights' storage type for --dtype: f16 weights are sized as bf16 (two bytes each).
-WeightDType weight_dtype(const std::string& v) {
-  if (v == "f16") return WeightDType::BF16;
-  try {
-    return parse_weight_dtype(v);
-  } catch (const Error&) {
-    throw Error("--dtype " + v + ": use f32, bf16, f16 or q8_0");
-  }
-}
-
-}  // namespace
-
 double parse_memory_size(const std::string& s) {
   size_t pos = 0;
   double v = 0;
@@ -52,7 +38,7 @@ double parse_memory_size(const std::string& s) {
 int run_plan(const PlanOptions& o) {
   check(o.model_dir.empty() != o.config_file.empty(), "give exactly one of -m/--model or --config");
   check(o.context >= 0, "--context must be >= 0");
-  const WeightDType wdtype = weight_dtype(o.dtype);
+  if (!o.model_dir.empty()) check_model_path(o.model_dir);
   const DType sdtype = parse_cache_dtype("--state-dtype", o.state_dtype);
   const DType kvdtype = parse_cache_dtype("--kv-dtype", o.kv_dtype);
   const double memory = parse_memory_size(o.memory);
@@ -66,6 +52,15 @@ int run_plan(const PlanOptions& o) {
   } else {
     c = load_config(o.model_dir);
   }
+  // --dtype as the loader resolves it: auto from the checkpoint's headers (-m) or torch_dtype.
+  std::string dtype_source = "--dtype";
+  const WeightDType wdtype = resolve_weight_dtype(o.dtype, [&] {
+    StoredDType s = o.config_file.empty() ? stored_dtype(o.model_dir) : stored_dtype(c);
+    dtype_source = s.source;
+    return s;
+  });
+  const std::string dtype_label = std::string(weight_dtype_name(wdtype)) +
+                                  (o.dtype == "auto" ? " (auto, from " + dtype_source + ")" : "");
 
   // Per-sequence state and KV per token, by layer kind (mixer name: mamba1, mamba2, attention).
   const std::vector<LayerCacheSpec> specs = cache_specs(c);
@@ -76,8 +71,8 @@ int run_plan(const PlanOptions& o) {
   std::map<std::string, Kind> by_kind;
   for (size_t i = 0; i < specs.size(); ++i) {
     if (specs[i].kind == LayerCacheKind::None) continue;
-    Kind& e = by_kind[std::string(mixer_kind_name(c.blocks[i].mixer)) +
-                      (c.blocks[i].shared_block >= 0 ? "+shared-attention" : "")];
+    Kind& e = by_kind[std::string(c.blocks[i].shared_block >= 0 ? "shared_attention+" : "") +
+                      mixer_kind_name(c.blocks[i].mixer)];
     const CacheFootprint f = cache_footprint(std::span(specs).subspan(i, 1), sdtype, kvdtype);
     e.layers += 1;
     e.conv += static_cast<double>(f.conv_per_sequence);
@@ -94,17 +89,17 @@ int run_plan(const PlanOptions& o) {
   const long long max_seqs = left <= 0 || per_seq <= 0 ? 0 : static_cast<long long>(std::floor(left / per_seq));
 
   if (o.json) {
-    std::printf("{\"family\": \"%s\", \"layers\": %d, \"parameters\": %.0f, \"weight_bytes\": %.0f, "
-                "\"state_dtype\": \"%s\", \"conv_state_bytes_per_sequence\": %.0f, "
+    std::printf("{\"family\": \"%s\", \"layers\": %d, \"parameters\": %.0f, \"dtype\": \"%s\", "
+                "\"dtype_source\": \"%s\", \"weight_bytes\": %.0f, \"state_dtype\": \"%s\", \"conv_state_bytes_per_sequence\": %.0f, "
                 "\"ssm_state_bytes_per_sequence\": %.0f, \"kv_dtype\": \"%s\", \"kv_bytes_per_token\": %.0f, \"context\": %lld, "
                 "\"bytes_per_sequence\": %.0f, \"memory_bytes\": %.0f, \"max_sequences\": %lld}\n",
-                c.family.c_str(), c.n_layers(), params, weights, o.state_dtype.c_str(), conv, ssm, o.kv_dtype.c_str(), kv_per_token,
+                c.family.c_str(), c.n_layers(), params, weight_dtype_name(wdtype), dtype_source.c_str(), weights, o.state_dtype.c_str(), conv, ssm, o.kv_dtype.c_str(), kv_per_token,
                 o.context, per_seq, memory, max_seqs);
     return 0;
   }
   std::printf("family:             %s, %d layers (%s)\n", c.family.c_str(), c.n_layers(), c.layer_pattern().c_str());
   std::printf("weights:            %.0f parameters, %.0f bytes (%s) at --dtype %s\n", params, weights,
-              format_bytes(weights).c_str(), o.dtype.c_str());
+              format_bytes(weights).c_str(), dtype_label.c_str());
   std::printf("state per sequence: %.0f bytes (%s) at --state-dtype %s\n", conv + ssm, format_bytes(conv + ssm).c_str(),
               o.state_dtype.c_str());
   for (const auto& [kind, e] : by_kind)
@@ -131,16 +126,25 @@ namespace hybridlm {
 
 Subcommand add_plan(CLI::App& parent) {
   auto popt = std::make_shared<PlanOptions>();
-  popt->kv_dtype = cache_dtype_name(EngineOptions{}.kv_dtype);  // plans default to what a run would use
+  // Plans default to what a run would use: the model-loading flags' defaults.
+  const ModelFlags run;
+  popt->dtype = run.dtype;
+  popt->state_dtype = run.state_dtype;
+  popt->kv_dtype = run.kv_dtype;
+  popt->context = run.ctx_size;
   CLI::App* plan =
       parent.add_subcommand("plan", "memory plan from a config: weights, state per sequence, KV per token, max sequences");
-  plan->add_option("-m,--model", popt->model_dir, "model directory (reads config.json)");
-  plan->add_option("--config", popt->config_file, "a config.json file");
-  plan->add_option("--dtype", popt->dtype, "weights in memory: f32, bf16, f16, q8_0")->capture_default_str();
+  plan->add_option("-m,--model", popt->model_dir,
+                   "model directory, or a file in it (reads config.json, and for --dtype auto the safetensors headers)")
+      ->transform(model_dir_of, "", "");
+  plan->add_option("--config", popt->config_file, "a config.json file (--dtype auto reads its torch_dtype)");
+  plan->add_option("--dtype", popt->dtype,
+                   "weights in memory: auto (the checkpoint's: bf16 and f16 as bf16, f32 as f32), f32, bf16, q8_0")
+      ->capture_default_str();
   plan->add_option("--state-dtype", popt->state_dtype, "recurrent state: f32, bf16, f16")->capture_default_str();
   plan->add_option("--kv-dtype", popt->kv_dtype, "attention KV cache: f32, bf16, f16")->capture_default_str();
   plan->add_option("--memory", popt->memory, "memory to plan for, e.g. 16GiB, 24GB")->capture_default_str();
-  plan->add_option("--context", popt->context, "tokens per sequence (KV grows with it; SSM state does not)")
+  plan->add_option("-c,--ctx-size,--context", popt->context, "tokens per sequence (KV grows with it; SSM state does not)")
       ->capture_default_str();
   plan->add_flag("--json", popt->json, "print one JSON object");
   return {plan, [popt] { return run_plan(*popt); }};

@@ -6,14 +6,16 @@
 
 namespace hybridlm {
 
+// The sizing flags default to what the runtime uses (ModelFlags: add_plan copies them): a plan
+// with the same flags as `generate` sizes what that run allocates.
 struct PlanOptions {
-  std::string model_dir;    // -m DIR (reads DIR/config.json)
-  std::string config_file;  // or --config FILE
-  std::string dtype = "bf16";        // weights: f32, bf16, f16
-  std::string state_dtype = "f32";   // SSM/conv state: f32, bf16, f16
-  std::string kv_dtype = "bf16";     // attention KV cache: f32, bf16, f16 (the runtime's default)
+  std::string model_dir;    // -m DIR (reads DIR/config.json, and the safetensors headers for --dtype auto)
+  std::string config_file;  // or --config FILE (--dtype auto reads its torch_dtype)
+  std::string dtype;        // weights: auto, f32, bf16, q8_0 (resolve_weight_dtype)
+  std::string state_dtype;  // SSM/conv state: f32, bf16, f16
+  std::string kv_dtype;     // attention KV cache: f32, bf16, f16
   std::string memory = "16GiB";
-  long long context = 4096;
+  long long context = 0;
   bool json = false;
 };
 
