@@ -158,7 +158,9 @@ void ModelFlags::add(CLI::App* app, bool with_threads) {
         ->capture_default_str();
   app->add_flag("--no-mmap", no_mmap, "read weights into memory instead of mapping the files");
   app->add_flag("--mlock", mlock, "lock the weights in RAM (no paging out; may need a higher RLIMIT_MEMLOCK)");
-  app->add_option("-c,--ctx-size", ctx_size, "tokens per sequence the KV cache holds (attention layers only)")
+  app->add_option("-c,--ctx-size", ctx_size,
+                  "context in tokens: what the KV cache holds per sequence (attention layers) and generate -n -1's "
+                  "limit; perplexity's window")
       ->capture_default_str();
   app->add_option("--state-dtype", state_dtype, "recurrent state storage: f32, bf16 or f16 (half the memory)")
       ->capture_default_str();

@@ -3,6 +3,7 @@
 
 #include <sys/resource.h>
 
+#include <cstdarg>
 #include <cstdio>
 #include <string>
 
@@ -19,6 +20,19 @@ inline std::string format_bytes(double b) {
   char buf[64];
   std::snprintf(buf, sizeof buf, u ? "%.2f %s" : "%.0f %s", b, units[u]);
   return buf;
+}
+
+// printf into a string (the CLI's report lines, which go through Engine::info).
+__attribute__((format(printf, 1, 2))) inline std::string strprintf(const char* fmt, ...) {
+  va_list a, b;
+  va_start(a, fmt);
+  va_copy(b, a);
+  const int n = std::vsnprintf(nullptr, 0, fmt, a);
+  va_end(a);
+  std::string s(n > 0 ? static_cast<size_t>(n) : 0, '\0');
+  if (n > 0) std::vsnprintf(s.data(), s.size() + 1, fmt, b);
+  va_end(b);
+  return s;
 }
 
 // This process's peak resident set size so far (getrusage; Linux reports KiB).

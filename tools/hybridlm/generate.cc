@@ -165,11 +165,11 @@ int cmd_generate(const Flags& f) {
       if (bo.eos_id && !t.empty() && t.back() == *bo.eos_id) t.pop_back();
       write_out("---\n" + shown + tok.decode(t) + "\n");
     }
-    std::fprintf(stderr, "beam search: %d beams, %zu tokens in %.3f s, best logprob %.4f (score %.4f)\n", num_beams,
-                 hyps.front().tokens.size(), secs, hyps.front().logprob, hyps.front().score);
+    engine.info(strprintf("beam search: %d beams, %zu tokens in %.3f s, best logprob %.4f (score %.4f)", num_beams,
+                 hyps.front().tokens.size(), secs, hyps.front().logprob, hyps.front().score));
     for (size_t i = 1; i < returned; ++i)
-      std::fprintf(stderr, "sequence %zu: %zu tokens, logprob %.4f (score %.4f)\n", i + 1, hyps[i].tokens.size(),
-                   hyps[i].logprob, hyps[i].score);
+      engine.info(strprintf("sequence %zu: %zu tokens, logprob %.4f (score %.4f)", i + 1, hyps[i].tokens.size(),
+                   hyps[i].logprob, hyps[i].score));
     report_cache(engine);
     return 0;
   }
@@ -177,13 +177,13 @@ int cmd_generate(const Flags& f) {
   GenerateResult r = generate(engine, tok, ids, gopt, write_out);
   write_out("\n");
   const double gen_tps = r.tokens.size() > 1 ? (r.tokens.size() - 1) / r.generate_seconds : 0.0;
-  std::fprintf(stderr, "prompt eval: %d tokens in %.3f s (%.1f tokens/s)\n", r.prompt_tokens, r.prompt_seconds,
-               r.prompt_tokens / std::max(r.prompt_seconds, 1e-9));
-  std::fprintf(stderr, "generation: %zu tokens in %.3f s (%.1f tokens/s), stop: %s\n", r.tokens.size(),
-               r.generate_seconds, gen_tps, r.stop_reason.c_str());
-  std::fprintf(stderr, "seed: %llu\n", static_cast<unsigned long long>(gopt.sampling.seed));
+  engine.info(strprintf("prompt eval: %d tokens in %.3f s (%.1f tokens/s)", r.prompt_tokens, r.prompt_seconds,
+               r.prompt_tokens / std::max(r.prompt_seconds, 1e-9)));
+  engine.info(strprintf("generation: %zu tokens in %.3f s (%.1f tokens/s), stop: %s", r.tokens.size(),
+               r.generate_seconds, gen_tps, r.stop_reason.c_str()));
+  engine.info(strprintf("seed: %llu", static_cast<unsigned long long>(gopt.sampling.seed)));
   report_cache(engine);
-  std::fprintf(stderr, "peak RSS: %s\n", format_bytes(peak_rss_bytes()).c_str());
+  engine.info(strprintf("peak RSS: %s", format_bytes(peak_rss_bytes()).c_str()));
   return 0;
 }
 

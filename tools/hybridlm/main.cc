@@ -77,7 +77,8 @@ int usage_error(CLI::App& app, const CLI::ParseError& e, const char* first) {
   if (dynamic_cast<const CLI::ExtrasError*>(&e)) {
     const std::vector<std::string> extra = sub ? sub->remaining() : app.remaining();
     if (!extra.empty()) {
-      const std::string& word = extra.front();
+      const std::string& arg = extra.front();
+      const std::string word = arg.rfind("--", 0) == 0 ? arg.substr(0, arg.find('=')) : arg;  // --flag=value
       const bool flag = word.size() > 1 && word[0] == '-';
       std::string msg = where + ": unknown " + (flag ? "flag " : sub ? "argument " : "subcommand ") + word;
       std::vector<std::string> names;
@@ -86,7 +87,7 @@ int usage_error(CLI::App& app, const CLI::ParseError& e, const char* first) {
       } else if (!sub) {
         for (const CLI::App* s : app.get_subcommands({})) names.push_back(s->get_name());
       }
-      const std::string near = nearest(word.substr(0, word.find('=')), names);
+      const std::string near = nearest(word, names);
       if (!near.empty()) msg += "; did you mean " + near + "?";
       std::fprintf(stderr, "error: %s (%s lists them)\n", msg.c_str(), help.c_str());
       return 2;

@@ -127,12 +127,15 @@ int cmd_perplexity(PerplexityFlags f) {
       ++count;
     }
     // The same count as the summary: tokens scored so far of those that will be.
-    if (tty || wi + 1 == windows.size())
-      std::fprintf(stderr, "%s[%zu/%zu tokens, %zu/%zu windows] running perplexity %.4f", tty ? "\r" : "", count,
-                   targets, wi + 1, windows.size(), std::exp(nll / count));
+    // On a terminal, one line rewritten per window; elsewhere only the last state.
+    if (!mf.quiet && tty)
+      std::fprintf(stderr, "\r[%zu/%zu tokens, %zu/%zu windows] running perplexity %.4f", count, targets, wi + 1,
+                   windows.size(), std::exp(nll / count));
   }
+  if (!mf.quiet && tty) std::fputc('\n', stderr);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::fprintf(stderr, "\n%zu tokens scored in %.2f s (%.1f tokens/s)\n", count, secs, count / secs);
+  engine.info(strprintf("%zu tokens scored in %.2f s (%.1f tokens/s), %zu windows", count, secs, count / secs,
+                        windows.size()));
   report_cache(engine);
   std::printf("perplexity: %.4f over %zu tokens (ctx %d, stride %d, %zu windows)\n", std::exp(nll / count), count, ctx,
               stride, windows.size());

@@ -13,6 +13,7 @@
 #include "base/error.h"
 #include "io/npy.h"
 #include "tools/hybridlm/cli.h"
+#include "tools/hybridlm/format.h"
 
 namespace hybridlm {
 namespace {
@@ -61,7 +62,7 @@ int cmd_score(const ScoreFlags& f) {
   std::cout << sum.dump() << std::endl;
   if (!f.out.empty()) {
     write_npy_f32(f.out, all.data(), {static_cast<int64_t>(ids.size()), V});
-    std::fprintf(stderr, "wrote logits (%zu, %d) to %s\n", ids.size(), V, f.out.c_str());
+    engine.info(strprintf("wrote logits (%zu, %d) to %s", ids.size(), V, f.out.c_str()));
   }
   report_cache(engine);
   return 0;
