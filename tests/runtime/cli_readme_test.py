@@ -1,0 +1,61 @@
+"""README.md's "Using it" section against the binary: every command line of its example block runs
+(exit 0) on a tiny model, each flag it uses is in that subcommand's --help, and every flag the
+section names in backticks is in some subcommand's --help."""
+import os
+import re
+import shlex
+import subprocess
+
+from cli_common import check, exe, finish, make_model, scratch, start
+
+start()
+model = make_model("hybrid", "hybridlm-tiny", 3)  # Mamba-2 and attention layers: KV and state
+readme = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "README.md")
+with open(readme, encoding="utf-8") as f:
+    text = f.read()
+section = text[text.index("## Using it"):]
+section = section[:section.index("\n## ", 1)]
+block = re.search(r"```sh\n(.*?)```", section, re.S).group(1)
+
+with open(os.path.join(scratch, "prompt.txt"), "w") as f:
+    f.write("Once upon a time\n")
+with open(os.path.join(scratch, "text.txt"), "w") as f:
+    f.write("First Citizen:\nBefore we proceed any further, hear me speak.\n" * 20)
+
+helps = {}
+
+
+def help_of(sub):
+    if sub not in helps:
+        helps[sub] = subprocess.run([exe, sub, "--help"], capture_output=True, text=True, timeout=60).stdout
+    return helps[sub]
+
+
+def flags_in(help_text):
+    return set(re.findall(r"(?<![\w-])(-{1,2}[a-z][a-z0-9-]*)", help_text))
+
+
+commands = [l for l in block.splitlines() if l.startswith("$B ")]
+check("the example block has a line for every subcommand",
+      {shlex.split(l, comments=True)[1] for l in commands} >= {"generate", "score", "perplexity", "tokenize", "inspect", "bench",
+                                                "plan", "help"}, commands)
+for line in commands:
+    args = shlex.split(line, comments=True)[1:]
+    args = [model if a == "DIR" else a for a in args]
+    sub = args[1] if args[0] == "help" else args[0]
+    known = flags_in(help_of(sub))
+    used = [a.split("=")[0] for a in args if re.fullmatch(r"-{1,2}[a-z][a-z0-9-]*(=.*)?", a)]
+    check(f"README `{line[3:60]}`: its flags are in `{sub} --help`", all(u in known for u in used),
+          [u for u in used if u not in known])
+    p = subprocess.run([exe, *args], capture_output=True, text=True, timeout=300, cwd=scratch)
+    check(f"README `{line[3:60]}` runs", p.returncode == 0, p.stderr[-400:])
+
+all_flags = set()
+for sub in ["generate", "score", "perplexity", "tokenize", "inspect", "bench", "plan"]:
+    all_flags |= flags_in(help_of(sub))
+about_cli = section.split("Make a random-weight checkpoint")[0]  # the rest is about tools/make_test_checkpoint.py
+named = set(re.findall(r"`(-{1,2}[a-z][a-z0-9-]*)", about_cli))
+check("every flag the section names is in some subcommand's --help", named and named <= all_flags,
+      sorted(named - all_flags))
+
+finish()
