@@ -42,7 +42,8 @@ usage_error("missing required flag", ["perplexity", "-m", m2],
 for args, sub in [(["score", "-m", m2], "score"), (["tokenize", "-m", m2], "tokenize"),
                   (["score", "-m", m2, "-p", "a", "--ids", "1"], "score"),
                   (["tokenize", "-m", m2, "-p", "a", "--decode", "1"], "tokenize"),
-                  (["generate", "-m", m2], "generate")]:
+                  (["generate", "-m", m2], "generate"), (["plan"], "plan"),
+                  (["plan", "-m", m2, "--config", os.path.join(m2, "config.json")], "plan")]:
     rc, _, err = run(*args)
     lines = err.strip().splitlines()
     check(f"{' '.join(a for a in args if a != m2)}: none or both of the inputs is a usage error",

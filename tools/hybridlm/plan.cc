@@ -134,10 +134,12 @@ Subcommand add_plan(CLI::App& parent) {
   popt->context = run.ctx_size;
   CLI::App* plan =
       parent.add_subcommand("plan", "memory plan from a config: weights, state per sequence, KV per token, max sequences");
-  plan->add_option("-m,--model", popt->model_dir,
-                   "model directory, or a file in it (reads config.json, and for --dtype auto the safetensors headers)")
+  CLI::Option_group* source = plan->add_option_group("model", "what to plan for: one of");
+  source->add_option("-m,--model", popt->model_dir,
+                     "model directory, or a file in it (reads config.json, and for --dtype auto the safetensors headers)")
       ->transform(model_dir_of, "", "");
-  plan->add_option("--config", popt->config_file, "a config.json file (--dtype auto reads its torch_dtype)");
+  source->add_option("--config", popt->config_file, "a config.json file (--dtype auto reads its torch_dtype)");
+  source->require_option(1);
   plan->add_option("--dtype", popt->dtype,
                    "weights in memory: auto (the checkpoint's: bf16 and f16 as bf16, f32 as f32), f32, bf16, q8_0")
       ->capture_default_str();
