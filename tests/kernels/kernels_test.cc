@@ -16,6 +16,7 @@
 #include "kernels/cpu/ssm_step_avx512.h"
 #include "kernels/cpu/vec_math.h"
 #include "kernels/kernels.h"
+#include "kernels/scratch.h"
 #include "numerics.h"
 
 namespace hybridlm {
@@ -1007,6 +1008,130 @@ TEST(Dtype, Bf16AndF16RoundTrips) {
   EXPECT_EQ(f32_to_bf16(from_bits(0x80000000u)), 0x8000);
   EXPECT_EQ(f32_to_f16(1.0f), 0x3c00);
   EXPECT_EQ(f16_to_f32(0x7bff), 65504.0f);
+}
+
+// ---- per-thread kernel scratch (kernels/scratch.h) ----------------------------------------------
+
+TEST(KernelScratch, FramesNestRewindAndRefuseOverrun) {
+  ThreadPool pool(2);
+  KernelScratch scratch;
+  scratch.reserve(2, {64, 32});
+  const KernelContext ctx{&pool, &cpu_kernels(), &scratch};
+  {
+    ScratchFrame outer(ctx);
+    EXPECT_NE(outer.take(16), nullptr);
+    {
+      ScratchFrame inner(ctx);
+      EXPECT_NE(inner.take(48), nullptr);
+      EXPECT_THROW(inner.take(1), Error);  // 16 + 48 of thread 0's 64 are taken
+    }
+    EXPECT_EQ(scratch.local().used(), 16u);  // the inner frame gave its floats back
+  }
+  EXPECT_EQ(scratch.local().used(), 0u);
+  // The worker has its own arena of 32: it can take 32, not 33, whatever thread 0 holds.
+  std::vector<int> took(2, -1);
+  ScratchFrame held(ctx);
+  held.take(64);
+  pool.parallel_for(2, [&](size_t b, size_t) {
+    ScratchFrame f(ctx);
+    bool ok = true;
+    try {
+      f.take(ThreadPool::thread_index() == 0 ? 1 : 33);
+    } catch (const Error&) {
+      ok = false;
+    }
+    took[b] = ok ? 1 : 0;
+  });
+  EXPECT_EQ(took[0], 0);  // thread 0: its 64 are all held
+  EXPECT_EQ(took[1], 0);  // the worker: 33 > 32
+}
+
+// The scratch the cpu table declares for a set of limits is enough for its kernels at those limits
+// (a take beyond it throws), and kernels on the arena give bitwise what they give allocating.
+TEST_F(Kernels, DeclaredScratchCoversTheKernelsAtTheirLimits) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd;
+  auto randv = [&](size_t n, float scale = 1.0f) {
+    std::vector<float> v(n);
+    for (float& x : v) x = nd(rng) * scale;
+    return v;
+  };
+  const int T = 150, K = 200, R = 96;                      // matmul: GEMM path from 64 tokens
+  const SsdDims dm{4, 64, 2, 16};                          // nh, P, G, N
+  const int chunk = 48, I = dm.n_heads * dm.head_dim;      // SSD: 4 chunks, the last partial
+  const int conv_c = I + 2 * dm.n_groups * dm.d_state, conv_k = 4;
+  KernelLimits lim;
+  lim.tokens = T;
+  lim.matmul_cols = K;
+  lim.conv_channels = conv_c;
+  lim.conv_width = conv_k;
+  lim.d_state = dm.d_state;
+  lim.head_dim = dm.head_dim;
+  lim.n_groups = dm.n_groups;
+  lim.ssd_chunk = chunk;
+  KernelScratch scratch;
+  scratch.reserve(pool.size(), cpu_kernels().scratch_floats(lim));
+  const KernelContext arena_ctx{&pool, &cpu_kernels(), &scratch};
+  const KernelContext alloc_ctx{&pool, &cpu_kernels(), nullptr};
+
+  const std::vector<float> w = randv(static_cast<size_t>(R) * K), x = randv(static_cast<size_t>(T) * K);
+  const WeightView W{DType::F32, w.data(), R, K};
+  const Q8Matrix q(w, R, K);
+  for (const WeightView& view : {W, q.view()}) {
+    std::vector<float> a(static_cast<size_t>(T) * R), b(a.size());
+    cpu::matmul(arena_ctx, view, nullptr, x.data(), T, a.data());
+    cpu::matmul(alloc_ctx, view, nullptr, x.data(), T, b.data());
+    EXPECT_EQ(a, b) << dtype_name(view.dtype);
+  }
+
+  const std::vector<float> cx = randv(static_cast<size_t>(T) * conv_c), cw = randv(static_cast<size_t>(conv_c) * conv_k);
+  std::vector<float> st_a(static_cast<size_t>(conv_k - 1) * conv_c, 0.0f), st_b = st_a;
+  std::vector<float> co_a(static_cast<size_t>(T) * conv_c), co_b(co_a.size());
+  cpu::conv1d_causal(arena_ctx, cx.data(), conv_c, cw.data(), nullptr, st_a.data(), T, conv_c, conv_k, true, co_a.data());
+  cpu::conv1d_causal(alloc_ctx, cx.data(), conv_c, cw.data(), nullptr, st_b.data(), T, conv_c, conv_k, true, co_b.data());
+  EXPECT_EQ(co_a, co_b);
+
+  const int ld_bc = 2 * dm.n_groups * dm.d_state;
+  const std::vector<float> sx = randv(static_cast<size_t>(T) * I), bc = randv(static_cast<size_t>(T) * ld_bc);
+  std::vector<float> dt = randv(static_cast<size_t>(T) * dm.n_heads, 0.1f);
+  for (float& v : dt) v = std::abs(v);
+  const std::vector<float> A = {-0.5f, -1.0f, -2.0f, -0.25f}, D = randv(dm.n_heads);
+  for (int steps : {T, 1}) {  // the chunked scan, then a decode step
+    std::vector<float> S_a(static_cast<size_t>(I) * dm.d_state, 0.0f), S_b = S_a;
+    std::vector<float> y_a(static_cast<size_t>(steps) * I), y_b(y_a.size());
+    if (steps == 1) {
+      cpu::ssd_step(arena_ctx, sx.data(), dt.data(), A.data(), bc.data(), bc.data() + dm.n_groups * dm.d_state,
+                    D.data(), dm, S_a.data(), y_a.data());
+      cpu::ssd_step(alloc_ctx, sx.data(), dt.data(), A.data(), bc.data(), bc.data() + dm.n_groups * dm.d_state,
+                    D.data(), dm, S_b.data(), y_b.data());
+    } else {
+      cpu::ssd_scan(arena_ctx, sx.data(), I, dt.data(), A.data(), bc.data(), bc.data() + dm.n_groups * dm.d_state,
+                    ld_bc, D.data(), dm, chunk, S_a.data(), steps, y_a.data());
+      cpu::ssd_scan(alloc_ctx, sx.data(), I, dt.data(), A.data(), bc.data(), bc.data() + dm.n_groups * dm.d_state,
+                    ld_bc, D.data(), dm, chunk, S_b.data(), steps, y_b.data());
+    }
+    EXPECT_EQ(y_a, y_b) << steps;
+    EXPECT_EQ(S_a, S_b) << steps;
+  }
+
+  // Mamba-1: channels = the SSD's x width, the same d_state, from the same limits.
+  const std::vector<float> z = randv(static_cast<size_t>(T) * I);
+  std::vector<float> A1n(static_cast<size_t>(I) * dm.d_state);
+  for (size_t i = 0; i < A1n.size(); ++i) A1n[i] = -0.5f - static_cast<float>(i % 7) * 0.1f;
+  std::vector<float> dt1 = randv(static_cast<size_t>(T) * I, 0.1f);
+  for (float& v : dt1) v = std::abs(v);
+  const std::vector<float> D1 = randv(I);
+  for (int steps : {T, 1}) {
+    std::vector<float> h_a(static_cast<size_t>(I) * dm.d_state, 0.0f), h_b = h_a;
+    std::vector<float> y_a(static_cast<size_t>(steps) * I), y_b(y_a.size());
+    cpu::mamba1_scan(arena_ctx, sx.data(), I, dt1.data(), A1n.data(), bc.data(), bc.data() + dm.d_state, ld_bc,
+                     D1.data(), z.data(), I, h_a.data(), steps, I, dm.d_state, y_a.data());
+    cpu::mamba1_scan(alloc_ctx, sx.data(), I, dt1.data(), A1n.data(), bc.data(), bc.data() + dm.d_state, ld_bc,
+                     D1.data(), z.data(), I, h_b.data(), steps, I, dm.d_state, y_b.data());
+    EXPECT_EQ(y_a, y_b) << steps;
+  }
+  // Nothing is left taken once the kernels return.
+  EXPECT_EQ(scratch.local().used(), 0u);
 }
 
 }  // namespace
