@@ -101,6 +101,10 @@ if rc == 0:
 rc, out2, err = run("score", "-m", m2, "-p", text)
 check("score -p prints the same lines as --ids (and writes no .npy)", rc == 0 and out2 == out, out2 + err)
 expect_error("score --ids []", ["score", "-m", m2, "--ids", "[]"], 1, "--ids: no token ids")
+expect_error("score --ids '' is an empty id, not a missing prompt", ["score", "-m", m2, "--ids", ""], 1,
+             "--ids: '' is not a token id")
+expect_error("tokenize --decode '' decodes (an empty id), not encodes", ["tokenize", "-m", m2, "--decode", ""], 1,
+             "--decode: '' is not a token id")
 
 # perplexity: windows of -c tokens from a fresh state each, every --stride tokens; each window
 # scores the tokens no earlier window scored. Recomputed here from `score --ids` of each window.
@@ -143,6 +147,15 @@ for ctx, stride, chunks in [(16, 16, None), (16, 5, None), (24, 10, 3), (len(tok
     check(f"perplexity -c {ctx} --stride {stride} --chunks {chunks}: the windows' perplexity, count and windows",
           abs(got - want) <= 1e-4 * want and f"over {count} tokens" in out and f"{windows} windows" in out and
           f"{count} tokens scored" in err, f"got {got} want {want} count {count} windows {windows} {out} {err}")
+# What the window plan must give, whatever its code: overlapping windows score every token but the
+# first once; non-overlapping windows of c score all but each window's first token.
+n = len(toks)
+rc, out, err = run("perplexity", "-m", m2, "-f", txt, "-c", "16", "--stride", "5")
+check("perplexity --stride 5 -c 16 scores every token but the first", rc == 0 and f"over {n - 1} tokens" in out, out)
+rc, out, err = run("perplexity", "-m", m2, "-f", txt, "-c", "16")
+w = -(-(n - 1) // 16)
+check("perplexity -c 16 scores all but each window's first token",
+      rc == 0 and f"over {n - w} tokens" in out and f"{w} windows" in out, (n, w, out))
 rc, out, err = run("perplexity", "-m", m2, "-f", txt, "-c", str(len(toks) + 5))
 rc2, out2, err2 = run("score", "-m", m2, "--ids", ",".join(map(str, toks)))
 one = json.loads(out2.splitlines()[-1]) if rc2 == 0 else {}

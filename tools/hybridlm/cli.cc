@@ -82,6 +82,13 @@ class LoadReport {
   LoadReport& operator=(const LoadReport&) = delete;
 
   void tensor(const TensorLoaded& t) {
+    if (restart_) {  // the first tensor of another load with these options (bench: one per -t)
+      restart_ = false;
+      start_ = clock::now();
+      last_ = 0;
+      shown_ = false;
+      file_.clear();
+    }
     const double now = std::chrono::duration<double>(clock::now() - start_).count();
     if (verbose_) {
       if (t.tensor.file != file_) std::fprintf(stderr, "reading %s\n", (file_ = t.tensor.file).c_str());
@@ -109,6 +116,7 @@ class LoadReport {
   void ready(const Engine& e, double seconds) {
     if (open_line_) std::fputc('\n', stderr);  // the loader skipped a tensor: end the \r line
     open_line_ = false;
+    restart_ = true;
     const Model& m = e.model();
     const HybridCache& c = e.cache();
     const double p = static_cast<double>(m.param_count());
@@ -132,9 +140,9 @@ class LoadReport {
   using clock = std::chrono::steady_clock;
   const bool verbose_, in_place_;
   const std::string requested_;  // the --dtype flag
-  const clock::time_point start_ = clock::now();
+  clock::time_point start_ = clock::now();
   double last_ = 0;
-  bool shown_ = false, open_line_ = false;
+  bool shown_ = false, open_line_ = false, restart_ = false;
   std::string file_;
 };
 

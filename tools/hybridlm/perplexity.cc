@@ -24,6 +24,7 @@ struct PerplexityFlags {
   ModelFlags model;
   std::string file;
   int old_ctx = 0;  // --ctx, the deprecated spelling of -c/--ctx-size
+  const CLI::Option* old_ctx_flag = nullptr;
   int stride = 0;   // 0: the window length (no overlap)
   int chunks = -1;  // windows at most; -1: all
 };
@@ -91,7 +92,7 @@ std::string read_text(const std::string& file) {
 
 int cmd_perplexity(PerplexityFlags f) {
   ModelFlags& mf = f.model;
-  if (f.old_ctx != 0) {
+  if (f.old_ctx_flag->count() > 0) {
     std::fprintf(stderr, "warning: --ctx is deprecated; use -c/--ctx-size (the same window length)\n");
     mf.ctx_size = f.old_ctx;
   }
@@ -150,7 +151,7 @@ Subcommand add_perplexity(CLI::App& parent) {
   f->model.ctx_size = 512;  // the window length (-c/--ctx-size), as llama.cpp's perplexity
   f->model.add(ppl);
   ppl->add_option("-f,--file", f->file, "text file (UTF-8)")->required();
-  ppl->add_option("--ctx", f->old_ctx, "deprecated: use -c/--ctx-size");
+  f->old_ctx_flag = ppl->add_option("--ctx", f->old_ctx, "deprecated: use -c/--ctx-size");
   ppl->add_option("--stride", f->stride,
                   "start a window every this many tokens (default: -c, no overlap; smaller: overlapping windows, "
                   "each scoring only new tokens)");

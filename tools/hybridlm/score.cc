@@ -21,16 +21,18 @@ namespace {
 struct ScoreFlags {
   ModelFlags model;
   std::string prompt, ids, out;
+  const CLI::Option* ids_flag = nullptr;  // given (even empty): score ids, not a prompt
 };
 
 int cmd_score(const ScoreFlags& f) {
   const ModelFlags& mf = f.model;
   // -p needs the tokenizer; with --ids it only adds each token's text to the lines, where it exists.
+  const bool by_ids = f.ids_flag->count() > 0;
   std::optional<Tokenizer> tok;
-  if (f.ids.empty() || std::filesystem::exists(std::filesystem::path(mf.dir) / "tokenizer.json"))
+  if (!by_ids || std::filesystem::exists(std::filesystem::path(mf.dir) / "tokenizer.json"))
     tok.emplace(load_tokenizer(mf.dir));
-  const std::vector<int32_t> ids = f.ids.empty() ? tok->encode(f.prompt) : parse_ids(f.ids, "--ids");
-  check(!ids.empty(), f.ids.empty() ? "the prompt is empty after tokenization" : "--ids: no token ids");
+  const std::vector<int32_t> ids = by_ids ? parse_ids(f.ids, "--ids") : tok->encode(f.prompt);
+  check(!ids.empty(), by_ids ? "--ids: no token ids" : "the prompt is empty after tokenization");
   EngineOptions o = mf.options();
   o.context = std::max<int>(o.context, static_cast<int>(std::min<size_t>(ids.size(), 1 << 24)));
   Engine engine(mf.dir, o);
@@ -77,7 +79,7 @@ Subcommand add_score(CLI::App& parent) {
   f->model.add(score);
   CLI::Option_group* text = score->add_option_group("text", "what to score: one of");
   text->add_option("-p,--prompt", f->prompt, "text to score (tokenized with the model's tokenizer)");
-  text->add_option("--ids", f->ids, "token ids to score: 1,2,3 or [1, 2, 3] (as tokenize prints them)");
+  f->ids_flag = text->add_option("--ids", f->ids, "token ids to score: 1,2,3 or [1, 2, 3] (as tokenize prints them)");
   text->require_option(1);
   score->add_option("--logits-out", f->out, "also write every position's logits: a float32 (tokens, vocab) .npy file");
   return {score, [f] { return cmd_score(*f); }};

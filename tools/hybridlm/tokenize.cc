@@ -13,6 +13,7 @@ namespace {
 struct TokenizeFlags {
   std::string dir, prompt, decode;
   bool no_special = false, show_pieces = false;
+  const CLI::Option* decode_flag = nullptr;  // given (even empty): decode ids, not encode a prompt
 };
 
 // A token's bytes, printable: control characters and bytes that are not UTF-8 on their own (a
@@ -49,7 +50,7 @@ std::string printable_piece(const std::string& s) {
 
 int cmd_tokenize(const TokenizeFlags& f) {
   Tokenizer tok = load_tokenizer(f.dir);
-  if (!f.decode.empty()) {
+  if (f.decode_flag->count() > 0) {
     const std::vector<int32_t> ids = parse_ids(f.decode, "--decode");
     for (int32_t id : ids)
       check(id < tok.vocab_size(), "--decode: token id ", id, " is outside the tokenizer's vocabulary (size ",
@@ -80,7 +81,7 @@ Subcommand add_tokenize(CLI::App& parent) {
       ->transform(model_dir_of, "", "");
   CLI::Option_group* what = tk->add_option_group("input", "what to convert: one of");
   what->add_option("-p,--prompt", f->prompt, "text to encode (may be empty)");
-  what->add_option("--decode", f->decode, "ids to decode: 1,2,3 or [1, 2, 3]");
+  f->decode_flag = what->add_option("--decode", f->decode, "ids to decode: 1,2,3 or [1, 2, 3]");
   what->require_option(1);
   tk->add_flag("--show-pieces", f->show_pieces, "print one `id -> 'piece'` line per token instead of the array");
   tk->add_flag("--no-special", f->no_special, "do not add BOS/EOS from the post-processor");

@@ -11,6 +11,9 @@ namespace hybridlm {
 
 namespace {
 
+// The SSD chunk on CPU: min(chunk_size, this) (see mamba2_forward).
+constexpr int kCpuSsdChunk = 64;
+
 class Mamba2Mixer final : public MixerOf<Mamba2Spec, Mamba2Weights, load_mamba2> {
  public:
   using MixerOf::MixerOf;
@@ -24,7 +27,7 @@ class Mamba2Mixer final : public MixerOf<Mamba2Spec, Mamba2Weights, load_mamba2>
     lim.d_state = std::max(lim.d_state, s_.d_state);
     lim.head_dim = std::max(lim.head_dim, s_.head_dim);
     lim.n_groups = std::max(lim.n_groups, s_.n_groups);
-    lim.ssd_chunk = std::max(lim.ssd_chunk, s_.chunk_size);
+    lim.ssd_chunk = std::max(lim.ssd_chunk, std::min(s_.chunk_size, kCpuSsdChunk));
   }
   size_t scratch_floats(int T) const override {
     FloatArena count;
@@ -84,8 +87,6 @@ Mamba2Weights load_mamba2(const TensorSource& r, const std::string& p, const Mam
 LayerStateSpec mamba2_state_spec(const Mamba2Spec& s) {
   return {s.d_conv - 1, s.conv_dim(), static_cast<size_t>(s.n_heads) * s.head_dim * s.d_state};
 }
-
-constexpr int kCpuSsdChunk = 64;
 
 void mamba2_forward(const KernelContext& ctx, const Mamba2Spec& s, const Mamba2Weights& w, const float* u,
                     int T, std::span<const SeqRun> runs, const Mamba2Buffers& sc, float* out) {
