@@ -79,6 +79,9 @@ constexpr double kAttentionVsF64 = 1e-5;
 // The sampler's penalties (one divide or multiply, one multiply-add, in f32) against the same
 // formulas in float64 in the test, relative to max(1, |logit|): a few f32 roundings, ~2^-23 each.
 constexpr double kPenaltyVsF64 = 1e-6;
+// AdamW in f32 against the same update in double over 30 steps, relative to how far the
+// parameters moved: a few f32 roundings per step (a 1e-4 error in the step size fails it).
+constexpr double kAdamWVsF64 = 2e-5;
 // Spot values of activations against published constants (absolute).
 constexpr double kActivationSpot = 1e-6;
 // vexp / exp16 / vsoftplus against libm in double over their whole argument range (relative):
