@@ -82,6 +82,11 @@ constexpr double kPenaltyVsF64 = 1e-6;
 // AdamW in f32 against the same update in double over 30 steps, relative to how far the
 // parameters moved: a few f32 roundings per step (a 1e-4 error in the step size fails it).
 constexpr double kAdamWVsF64 = 2e-5;
+// Backward kernels: ref against central differences of the ref forward along a random direction
+// (relative): f32 forward outputs differenced over h = 1e-3 .. 1e-2, plus the O(h^2) curvature.
+constexpr double kBackwardVsFiniteDiff = 1e-3;
+// cpu backward against ref backward (relative to the largest value): f32 sums against double.
+constexpr double kBackwardCpuVsRef = 1e-5;
 // Spot values of activations against published constants (absolute).
 constexpr double kActivationSpot = 1e-6;
 // vexp / exp16 / vsoftplus against libm in double over their whole argument range (relative):

@@ -199,6 +199,10 @@ struct KernelTable {
   decltype(&ref::rope) rope;
   decltype(&ref::attention) attention;
   decltype(&ref::activation) activation;
+  decltype(&ref::matmul_backward) matmul_backward;
+  decltype(&ref::rmsnorm_backward) rmsnorm_backward;
+  decltype(&ref::embedding_backward) embedding_backward;
+  decltype(&ref::cross_entropy) cross_entropy;
 };
 
 // The scalar oracle (src/kernels/ref) and the optimised CPU kernels (src/kernels/cpu, whose SIMD

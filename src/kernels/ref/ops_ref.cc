@@ -4,6 +4,7 @@
 #include <cmath>
 #include <vector>
 
+#include "base/error.h"
 #include "kernels/kernels.h"
 
 namespace hybridlm::ref {
@@ -309,6 +310,82 @@ void activation(const KernelContext&, Activation act, const float* a, const floa
       const double v = act_ref(act, a[s]) * (b ? b[s] : 1.0f);
       out[static_cast<size_t>(t) * d + i] = static_cast<float>(v);
     }
+}
+
+// ---- backward -------------------------------------------------------------------------------------
+
+void matmul_backward(const KernelContext&, const WeightView& W, const float* x, const float* dy, int T, float* dx,
+                     float* dW, float* dbias) {
+  check(W.dtype == DType::F32 && !W.panels, "matmul_backward: needs f32 row-major weights");
+  const float* w = static_cast<const float*>(W.data);
+  const size_t R = W.rows, C = W.cols;
+  if (dx)
+    for (int t = 0; t < T; ++t)
+      for (size_t c = 0; c < C; ++c) {
+        double acc = 0;
+        for (size_t r = 0; r < R; ++r) acc += static_cast<double>(dy[t * R + r]) * w[r * C + c];
+        dx[t * C + c] = static_cast<float>(acc);
+      }
+  if (dW)
+    for (size_t r = 0; r < R; ++r)
+      for (size_t c = 0; c < C; ++c) {
+        double acc = 0;
+        for (int t = 0; t < T; ++t) acc += static_cast<double>(dy[t * R + r]) * x[t * C + c];
+        dW[r * C + c] += static_cast<float>(acc);
+      }
+  if (dbias)
+    for (size_t r = 0; r < R; ++r) {
+      double acc = 0;
+      for (int t = 0; t < T; ++t) acc += dy[t * R + r];
+      dbias[r] += static_cast<float>(acc);
+    }
+}
+
+void rmsnorm_backward(const KernelContext&, const float* x, const float* w, const float* dy, int T, int d, float eps,
+                      float* dx, float* dw) {
+  for (int t = 0; t < T; ++t) {
+    const float* xr = x + static_cast<size_t>(t) * d;
+    const float* gr = dy + static_cast<size_t>(t) * d;
+    double ss = 0, ux = 0;
+    for (int i = 0; i < d; ++i) ss += static_cast<double>(xr[i]) * xr[i];
+    const double r = 1.0 / std::sqrt(ss / d + eps);
+    for (int i = 0; i < d; ++i) ux += static_cast<double>(gr[i]) * (w ? w[i] : 1.0f) * xr[i];
+    for (int i = 0; i < d; ++i) {
+      const double u = static_cast<double>(gr[i]) * (w ? w[i] : 1.0f);
+      if (dx) dx[static_cast<size_t>(t) * d + i] = static_cast<float>(r * u - xr[i] * r * r * r * ux / d);
+      if (dw && w) dw[i] += static_cast<float>(static_cast<double>(gr[i]) * xr[i] * r);
+    }
+  }
+}
+
+void embedding_backward(const KernelContext&, const int32_t* ids, const float* dy, int T, int d, float* dE) {
+  for (int t = 0; t < T; ++t)
+    for (int c = 0; c < d; ++c) dE[static_cast<size_t>(ids[t]) * d + c] += dy[static_cast<size_t>(t) * d + c];
+}
+
+double cross_entropy(const KernelContext&, const float* logits, const int32_t* targets, int T, int V, float scale,
+                     float* dlogits) {
+  double loss = 0;
+  for (int t = 0; t < T; ++t) {
+    const float* l = logits + static_cast<size_t>(t) * V;
+    float* g = dlogits ? dlogits + static_cast<size_t>(t) * V : nullptr;
+    if (targets[t] < 0) {
+      if (g) std::fill(g, g + V, 0.0f);
+      continue;
+    }
+    check(targets[t] < V, "cross_entropy: target ", targets[t], " outside the vocabulary (size ", V, ")");
+    double mx = l[0];
+    for (int v = 1; v < V; ++v) mx = std::max(mx, static_cast<double>(l[v]));
+    double sum = 0;
+    for (int v = 0; v < V; ++v) sum += std::exp(l[v] - mx);
+    const double lse = mx + std::log(sum);
+    loss += lse - l[targets[t]];
+    if (g) {
+      for (int v = 0; v < V; ++v) g[v] = static_cast<float>(scale * std::exp(static_cast<double>(l[v]) - lse));
+      g[targets[t]] -= scale;
+    }
+  }
+  return loss;
 }
 
 }  // namespace hybridlm::ref
