@@ -4,8 +4,13 @@
 For every op: random small shapes, a fixed random cotangent R, the scalar f = sum(out * R) (the
 loss itself for cross-entropy). For every input and parameter X, the analytic gradient
 op_bwd(R, cache)[X] is compared with the central difference
-    fd_i = (f(X + eps e_i) - f(X - eps e_i)) / (2 eps),   eps = 1e-6,  float64,
-over all coordinates i (ops) or a random sample of them (mixers, the whole model). The error of a
+    fd_i = (f(X + eps e_i) - f(X - eps e_i)) / (2 eps),   float64,
+over all coordinates i (ops, mixers) or a random sample of them (the whole model). eps = 1e-6,
+except 1e-5 for the mixers and MLP alone: there some tensors' gradients (A_log, dt_proj) are ~1e-3 of the
+output's scale, so the rounding error of the difference, ~1e-16 |f| / eps, reaches ~2e-7 of them
+at 1e-6 (measured: it scales as 1/eps, so it is not the backward) while the O(eps^2) truncation
+error stays ~1e-8. In the whole model the truncation error dominates instead (3e-7 at eps 1e-5,
+scaling as eps^2), so it keeps 1e-6 (errors ~3e-8). The error of a
 tensor is the relative max-norm error
     err = max_i |fd_i - g_i| / max(max_i |g_i|, max_i |fd_i|, 1e-8)
 over the checked coordinates, and must be <= 1e-6 (issue 16). Per op the worst tensor is printed.
@@ -37,6 +42,7 @@ import hybrid_ref  # noqa: E402
 import mamba_ref  # noqa: E402
 
 EPS = 1e-6
+EPS_MIXER = 1e-5
 TOL = 1e-6
 FLOOR = 1e-8
 CASES = []
@@ -69,7 +75,7 @@ def fd_grad(f, inputs, key, coords, eps=EPS):
     return out
 
 
-def check_grads(name, f, inputs, grads, rng, sample=None, keys=None):
+def check_grads(name, f, inputs, grads, rng, sample=None, keys=None, eps=EPS):
     """FD-check grads[k] for k in keys (default: every float input).  Records the worst error."""
     worst, worst_key = 0.0, None
     for k in (keys if keys is not None else inputs):
@@ -84,7 +90,7 @@ def check_grads(name, f, inputs, grads, rng, sample=None, keys=None):
         coords = np.arange(X.size)
         if sample is not None and X.size > sample:
             coords = np.sort(rng.choice(X.size, sample, replace=False))
-        e = rel_err(fd_grad(f, inputs, k, coords), g[coords])
+        e = rel_err(fd_grad(f, inputs, k, coords, eps), g[coords])
         if e > TOL:
             raise AssertionError("%s: d/d%s relative error %.3e > %.0e" % (name, k, e, TOL))
         if e >= worst:
@@ -278,7 +284,8 @@ def params_op(name, fwd, bwd, p, u, rng, sample):
     du, gp = bwd(R, cache)
     grads = {("p:" + k): v for k, v in gp.items()}
     grads["u"] = du
-    check_grads(name, lambda inp: float(np.sum(run(inp)[0] * R)), inputs, grads, rng, sample)
+    check_grads(name, lambda inp: float(np.sum(run(inp)[0] * R)), inputs, grads, rng, sample,
+                eps=EPS_MIXER)
     return out
 
 
@@ -344,7 +351,7 @@ def mamba1_mixer(rng):
     u = rn(rng, T, H)
     p = mamba1_params(rng, H, I, N, R, K, bias=True)
     out = params_op("mamba1_mixer", lambda p, u: gr.mamba1_mixer_fwd(p, u, I, N, R), gr.mamba1_mixer_bwd,
-                    p, u, rng, 30)
+                    p, u, rng, None)
     same(out, hybrid_ref.mamba1(as_weights(p, ""), "", u, H, I, N, R, K, True, True), "mamba1_mixer")
 
 
@@ -355,7 +362,7 @@ def mamba2_mixer(rng):
     p = mamba2_params(rng, H, I, nh, G, N, K, bias=True)
     for gs in (I // G, I):
         fwd = lambda p, u: gr.mamba2_mixer_fwd(p, u, I, nh, G, N, 1e-5, gs)
-        out = params_op("mamba2_mixer", fwd, gr.mamba2_mixer_bwd, p, u, rng, 30)
+        out = params_op("mamba2_mixer", fwd, gr.mamba2_mixer_bwd, p, u, rng, None)
         same(out, hybrid_ref.mamba2(as_weights(p, ""), "", u, H, I, nh, G, N, K, True, True, 1e-5, gs),
              "mamba2_mixer")
 
@@ -408,7 +415,7 @@ def whole_model(rng):
         if set(g) != set(w):
             raise AssertionError("gradient names differ: %s" % sorted(set(g) ^ set(w)))
         name = "model m,m2,t " + ("tied" if tie else "untied")
-        check_grads(name, lambda inp: gr.hybridlm_loss_fwd(c, inp, ids)[0], w, g, rng, sample=12)
+        check_grads(name, lambda inp: gr.hybridlm_loss_fwd(c, inp, ids)[0], w, g, rng, sample=40)
 
 
 def main():
