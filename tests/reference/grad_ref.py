@@ -171,7 +171,8 @@ def gated_rmsnorm_bwd(dout, cache):
 # Causal depthwise conv1d (+ optional SiLU) with the inference conv state as history:
 #   xe = [state; x]  ((K-1+T), C), state (K-1, C) = the last K-1 raw inputs, oldest first
 #   pre[t] = b + sum_k w[:, 0, k] * xe[t + k]     (tap K-1 multiplies x[t]);  out = silu(pre)
-# grads {"x", "w", "b", "state"}
+# grads {"x", "w", "b", "state"}.  The next state is cache[0][-(K-1):] (the last K-1 rows of
+# xe); its gradient, when it feeds a later chunk, is bwd's dstate_next.
 # --------------------------------------------------------------------------------------------
 
 
@@ -191,12 +192,14 @@ def conv1d_fwd(x, w, b=None, state=None, act=True):
     return out, (xe, w, b is not None, pre, act)
 
 
-def conv1d_bwd(dout, cache):
+def conv1d_bwd(dout, cache, dstate_next=None):
     xe, w, has_b, pre, act = cache
     T, C = pre.shape
     K = w.shape[2]
     dpre = dout * dsilu(pre) if act else dout
     dxe = np.zeros_like(xe)
+    if dstate_next is not None and K > 1:
+        dxe[-(K - 1):] += dstate_next
     dw = np.zeros_like(w)
     for t in range(T):
         for k in range(K):
@@ -214,7 +217,8 @@ def conv1d_bwd(dout, cache):
 #   h_t = exp(delta_t A) * h_{t-1} + delta_t B_t x_t      h: (I, N), h_{-1} = h0 (or 0)
 #   y_t = h_t C_t + D x_t;   out = y * silu(z)  (or y)
 # x, dt, z: (T, I); A_log: (I, N); B, C: (T, N); D: (I,); h0: (I, N)
-# grads {"x", "dt", "A_log", "B", "C", "D", "z", "h0"}
+# grads {"x", "dt", "A_log", "B", "C", "D", "z", "h0"}.  The final state is cache[-2][-1]; its
+# gradient (when the state is an output, as across chunks) is bwd's dh_final.
 # --------------------------------------------------------------------------------------------
 
 
@@ -233,7 +237,7 @@ def mamba1_scan_fwd(x, dt, A_log, B, C, D, z=None, h0=None):
     return out, (x, dt, delta, A, B, C, D, z, hs, y)
 
 
-def mamba1_scan_bwd(dout, cache):
+def mamba1_scan_bwd(dout, cache, dh_final=None):
     x, dt, delta, A, B, C, D, z, hs, y = cache
     T, I = x.shape
     g = {}
@@ -248,7 +252,7 @@ def mamba1_scan_bwd(dout, cache):
     dB = np.zeros_like(B)
     dC = np.zeros_like(C)
     dD = np.zeros_like(D)
-    gh = np.zeros_like(A)  # dL/dh_t, accumulated backwards in time
+    gh = np.zeros_like(A) if dh_final is None else dh_final.copy()  # dL/dh_t, backwards in time
     for t in range(T - 1, -1, -1):
         gh += dy[t][:, None] * C[t][None, :]               # y_t = h_t C_t
         dC[t] = hs[t + 1].T @ dy[t]
@@ -272,7 +276,8 @@ def mamba1_scan_bwd(dout, cache):
 #   y_t = S_t C_t + D_h x_t          head h reads group h // (nh / G)
 # x: (T, nh, P); dt: (T, nh); dt_bias, A_log, D: (nh,); B, C: (T, G, N); S0: (nh, P, N)
 # grads {"x", "dt", "dt_bias", "A_log", "B", "C", "D", "S0"}; the clamp passes no gradient
-# where it is active (as mamba_ssm's _chunk_cumsum_bwd).
+# where it is active (as mamba_ssm's _chunk_cumsum_bwd).  The final state is cache[-1][-1]; its
+# gradient (when the state is an output, as across chunks) is bwd's dS_final.
 # --------------------------------------------------------------------------------------------
 
 
@@ -297,7 +302,7 @@ def mamba2_ssd_fwd(x, dt, dt_bias, A_log, B, C, D, dt_limit=(0.0, math.inf), S0=
     return y, (x, dt, dt_bias, sp, delta, inside, A, B, C, D, Ss)
 
 
-def mamba2_ssd_bwd(dy, cache):
+def mamba2_ssd_bwd(dy, cache, dS_final=None):
     x, dt, dt_bias, sp, delta, inside, A, B, C, D, Ss = cache
     T, nh, P = x.shape
     G = B.shape[1]
@@ -311,7 +316,7 @@ def mamba2_ssd_bwd(dy, cache):
     dS0 = np.zeros_like(Ss[0])
     for h in range(nh):
         gr = h // hpg
-        gS = np.zeros(Ss.shape[2:])  # dL/dS_t for this head
+        gS = np.zeros(Ss.shape[2:]) if dS_final is None else dS_final[h].copy()  # dL/dS_t
         for t in range(T - 1, -1, -1):
             gS += np.outer(dy[t, h], C[t, gr])
             dC[t, gr] += Ss[t + 1, h].T @ dy[t, h]

@@ -19,8 +19,13 @@ Also: each op's forward equals the oracle's (mamba_ref / hybrid_ref) to 1e-12, t
 logits equal hybrid_ref.hybridlm_forward's, and the checker itself rejects a gradient with one
 coordinate off by 1e-5 relative (so a broken backward cannot pass).
 
-Whole model: block pattern [m, m2, t], each block with a gated MLP, final norm, tied head,
-cross-entropy over predicted positions; the loss gradient w.r.t. every tensor (sampled coords).
+Whole model: block pattern [m, m2, t], each block with a gated MLP, final norm, tied (and
+untied) head, cross-entropy over predicted positions; the loss gradient w.r.t. every tensor
+(sampled coordinates).
+
+States: the gradients w.r.t. the final SSM / conv state (bwd's dh_final, dS_final, dstate_next) by
+finite differences, and the chunk-by-chunk backward (each chunk recomputed from the state that
+entered it, the state gradient carried backwards) equal to the whole-sequence one.
 
 Usage: test_grad_ref.py.  Prints PASS/FAIL lines and "N passed, M failed"; exit 1 on a failure.
 """
@@ -112,7 +117,7 @@ def same(got, want, what, tol=1e-12):
     err = float(np.max(np.abs(np.asarray(got) - np.asarray(want))))
     scale = max(1.0, float(np.max(np.abs(want))))
     if not err <= tol * scale:
-        raise AssertionError("%s: forward differs from the oracle by %.3e" % (what, err))
+        raise AssertionError("%s: differs from the reference by %.3e" % (what, err))
 
 
 def rn(rng, *shape, s=1.0):
@@ -242,6 +247,78 @@ def mamba2_ssd(rng):
     want = mamba_ref.mamba2_scan(inp["x"], np.clip(sp, *lim), -np.exp(inp["A_log"]), inp["B"], inp["C"],
                                  inp["D"], nh // G)
     same(gr.mamba2_ssd_fwd(dt_limit=lim, **{k: v for k, v in inp.items() if k != "S0"})[0], want, "ssd")
+
+
+def check_with_final_state(name, fwd, bwd, inputs, final_of, kw, rng):
+    """f = sum(out * R) + <final state, R2>: the final-state gradient argument kw of bwd."""
+    inputs = {k: v.copy() for k, v in inputs.items()}
+    out, cache = fwd(**inputs)
+    R, R2 = rng.standard_normal(out.shape), rng.standard_normal(final_of(cache).shape)
+    grads = bwd(R, cache, **{kw: R2})
+
+    def f(inp):
+        o, c = fwd(**inp)
+        return float(np.sum(o * R) + np.sum(final_of(c) * R2))
+    check_grads(name, f, inputs, grads, rng)
+
+
+def check_chunked(name, fwd, bwd, inputs, time_keys, state_in, final_of, kw, Q, rng):
+    """Run fwd chunk by chunk (Q steps each, the state passed on) and bwd in reverse, carrying
+    the state gradient (bwd's kw = the next chunk's d<state_in>): the outputs and the gradients
+    (time-indexed ones concatenated, the rest summed) equal the unchunked op's to 1e-12.  This
+    is the recompute-from-chunk-boundaries scheme of docs/derivations/."""
+    out, cache = fwd(**inputs)
+    R = rng.standard_normal(out.shape)
+    want = bwd(R, cache)
+    T = out.shape[0]
+    caches, outs, st = [], [], inputs.get(state_in)
+    for t0 in range(0, T, Q):
+        part = {k: (v[t0:t0 + Q] if k in time_keys else v) for k, v in inputs.items()}
+        part[state_in] = st
+        o, c = fwd(**part)
+        outs.append(o)
+        caches.append((t0, c))
+        st = final_of(c).copy()
+    same(np.concatenate(outs), out, name + " chunked forward")
+    got, carry = {}, None
+    for t0, c in reversed(caches):
+        g = bwd(R[t0:t0 + Q], c, **{kw: carry})
+        carry = g[state_in]
+        for k, v in g.items():
+            if k in time_keys:
+                got.setdefault(k, {})[t0] = v
+            elif k != state_in:
+                got[k] = got.get(k, 0.0) + v
+    got[state_in] = carry
+    for k, v in want.items():
+        gk = np.concatenate([got[k][t0] for t0 in sorted(got[k])]) if k in time_keys else got[k]
+        same(gk, v, "%s chunked d%s" % (name, k))
+
+
+@case
+def chunked_states(rng):
+    """Final-state gradients by FD, and chunk-by-chunk backward == the whole-sequence one."""
+    T, I, N, K = 7, 3, 2, 4
+    m1 = {"x": rn(rng, T, I), "dt": rn(rng, T, I), "A_log": rn(rng, I, N, s=0.5), "B": rn(rng, T, N),
+          "C": rn(rng, T, N), "D": rn(rng, I), "z": rn(rng, T, I), "h0": rn(rng, I, N)}
+    fin1 = lambda c: c[-2][-1]
+    check_with_final_state("mamba1_scan", gr.mamba1_scan_fwd, gr.mamba1_scan_bwd, m1, fin1, "dh_final", rng)
+    check_chunked("mamba1_scan", gr.mamba1_scan_fwd, gr.mamba1_scan_bwd, m1, ("x", "dt", "B", "C", "z"),
+                  "h0", fin1, "dh_final", 3, rng)
+    nh, P, G = 4, 2, 2
+    m2 = {"x": rn(rng, T, nh, P), "dt": rn(rng, T, nh), "dt_bias": rn(rng, nh, s=0.5),
+          "A_log": rn(rng, nh, s=0.5), "B": rn(rng, T, G, N), "C": rn(rng, T, G, N), "D": rn(rng, nh),
+          "S0": rn(rng, nh, P, N)}
+    fin2 = lambda c: c[-1][-1]
+    check_with_final_state("mamba2_ssd", gr.mamba2_ssd_fwd, gr.mamba2_ssd_bwd, m2, fin2, "dS_final", rng)
+    check_chunked("mamba2_ssd", gr.mamba2_ssd_fwd, gr.mamba2_ssd_bwd, m2, ("x", "dt", "B", "C"),
+                  "S0", fin2, "dS_final", 3, rng)
+    cv = {"x": rn(rng, T, I), "w": rn(rng, I, 1, K), "b": rn(rng, I), "state": rn(rng, K - 1, I)}
+    fin3 = lambda c: c[0][-(K - 1):]
+    check_with_final_state("conv1d", gr.conv1d_fwd, gr.conv1d_bwd, cv, fin3, "dstate_next", rng)
+    for Q in (3, 2):  # Q < K - 1: the next state reaches back into the previous chunk's state
+        check_chunked("conv1d", gr.conv1d_fwd, gr.conv1d_bwd, cv, ("x",), "state", fin3,
+                      "dstate_next", Q, rng)
 
 
 @case
