@@ -41,14 +41,19 @@ def dsilu(x):
 
 # --------------------------------------------------------------------------------------------
 # Activations (elementwise):  act_fwd(x, kind) / act_bwd(dout, cache) -> {"x"}
-#   silu; gelu (exact, erf: HF 'gelu'); gelu_tanh (HF 'gelu_pytorch_tanh'); relu2 (max(x,0)^2)
+#   silu; gelu (exact, erf: HF 'gelu'); gelu_tanh (HF 'gelu_pytorch_tanh' / 'gelu_new', accepted
+#   as aliases); relu2 (max(x,0)^2)
 # --------------------------------------------------------------------------------------------
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 _erf = np.vectorize(math.erf)
 
 
+_ACT_ALIASES = {"gelu_pytorch_tanh": "gelu_tanh", "gelu_new": "gelu_tanh"}  # HF hidden_act names
+
+
 def act_value(x, kind):
+    kind = _ACT_ALIASES.get(kind, kind)
     if kind == "silu":
         return silu(x)
     if kind == "gelu":
@@ -61,6 +66,7 @@ def act_value(x, kind):
 
 
 def act_deriv(x, kind):
+    kind = _ACT_ALIASES.get(kind, kind)
     if kind == "silu":
         return dsilu(x)
     if kind == "gelu":

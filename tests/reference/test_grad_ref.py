@@ -30,7 +30,6 @@ entered it, the state gradient carried backwards) equal to the whole-sequence on
 Usage: test_grad_ref.py.  Prints PASS/FAIL lines and "N passed, M failed"; exit 1 on a failure.
 """
 
-import math
 import os
 import sys
 import time
@@ -159,6 +158,7 @@ def activations(rng):
     x = rn(rng, 6, 5, s=2.0)
     for kind in ("silu", "gelu", "gelu_tanh", "relu2"):
         check_op("act " + kind, lambda x: gr.act_fwd(x, kind), gr.act_bwd, {"x": x}, rng)
+    same(gr.act_fwd(x, "gelu_pytorch_tanh")[0], gr.act_fwd(x, "gelu_tanh")[0], "HF alias")
     same(gr.act_fwd(x, "silu")[0], hybrid_ref.ACTS["silu"](x), "silu")
     same(gr.act_fwd(x, "gelu")[0], hybrid_ref.ACTS["gelu"](x), "gelu")
     same(gr.act_fwd(x, "relu2")[0], hybrid_ref.ACTS["relu2"](x), "relu2")
