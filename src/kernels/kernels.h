@@ -203,6 +203,8 @@ struct KernelTable {
   decltype(&ref::rmsnorm_backward) rmsnorm_backward;
   decltype(&ref::embedding_backward) embedding_backward;
   decltype(&ref::cross_entropy) cross_entropy;
+  decltype(&ref::activation_backward) activation_backward;
+  decltype(&ref::conv1d_causal_backward) conv1d_causal_backward;
 };
 
 // The scalar oracle (src/kernels/ref) and the optimised CPU kernels (src/kernels/cpu, whose SIMD

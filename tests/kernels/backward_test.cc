@@ -172,5 +172,84 @@ TEST_F(Backward, CrossEntropyAgainstFiniteDifferencesAndRef) {
   EXPECT_LT(max_rel(cg, g), tol::kBackwardCpuVsRef);
 }
 
+// <dy, F(x+) - F(x-)> for a forward F of one input.
+template <class F>
+double directional(const F& f, const Probe& p, const std::vector<float>& dy) {
+  const std::vector<float> yp = f(p.plus), ym = f(p.minus);
+  double s = 0;
+  for (size_t i = 0; i < yp.size(); ++i) s += static_cast<double>(dy[i]) * (static_cast<double>(yp[i]) - ym[i]);
+  return s;
+}
+
+TEST_F(Backward, ActivationAgainstFiniteDifferencesAndRef) {
+  const int T = 4, d = 70, ld = 80;  // rows of a and b strided, as the fused gate/up projection
+  const std::vector<float> a = randv(static_cast<size_t>(T) * ld, 41, 1.5f), b = randv(a.size(), 42),
+                           dout = randv(static_cast<size_t>(T) * d, 43);
+  for (Activation act : {Activation::Silu, Activation::Gelu, Activation::Relu2})
+    for (bool gated : {true, false}) {
+      SCOPED_TRACE(static_cast<int>(act) * 2 + gated);
+      const float* bp = gated ? b.data() : nullptr;
+      std::vector<float> da(a.size(), 0.0f), db(b.size(), 0.0f);
+      ref::activation_backward(ref_ctx, act, a.data(), bp, ld, T, d, dout.data(), da.data(), gated ? db.data() : nullptr);
+      auto fa = [&](const std::vector<float>& av) {
+        std::vector<float> y(static_cast<size_t>(T) * d);
+        ref::activation(ref_ctx, act, av.data(), bp, ld, T, d, y.data());
+        return y;
+      };
+      const Probe pa(a, randv(a.size(), 44), 1e-3f);
+      EXPECT_LT(rel(dot(da, pa.diff), directional(fa, pa, dout)), tol::kBackwardVsFiniteDiff);
+      std::vector<float> cda(a.size(), 0.0f), cdb(b.size(), 0.0f);
+      cpu::activation_backward(ctx, act, a.data(), bp, ld, T, d, dout.data(), cda.data(), gated ? cdb.data() : nullptr);
+      EXPECT_LT(max_rel(cda, da), tol::kBackwardCpuVsRef);
+      if (gated) {
+        auto fb = [&](const std::vector<float>& bv) {
+          std::vector<float> y(static_cast<size_t>(T) * d);
+          ref::activation(ref_ctx, act, a.data(), bv.data(), ld, T, d, y.data());
+          return y;
+        };
+        const Probe pb(b, randv(b.size(), 45), 1e-3f);
+        EXPECT_LT(rel(dot(db, pb.diff), directional(fb, pb, dout)), tol::kBackwardVsFiniteDiff);
+        EXPECT_LT(max_rel(cdb, db), tol::kBackwardCpuVsRef);
+      }
+    }
+}
+
+TEST_F(Backward, Conv1dAgainstFiniteDifferencesAndRef) {
+  const int T = 6, C = 40, K = 4, ld_x = 50;
+  const std::vector<float> x = randv(static_cast<size_t>(T) * ld_x, 51), w = randv(static_cast<size_t>(C) * K, 52, 0.5f),
+                           bias = randv(C, 53), state = randv(static_cast<size_t>(K - 1) * C, 54),
+                           dout = randv(static_cast<size_t>(T) * C, 55);
+  for (bool silu : {true, false}) {
+    SCOPED_TRACE(silu);
+    std::vector<float> dx(x.size(), 0.0f), dw(w.size(), 0.0f), db(C, 0.0f), ds(state.size());
+    ref::conv1d_causal_backward(ref_ctx, x.data(), ld_x, w.data(), bias.data(), state.data(), T, C, K, silu,
+                                dout.data(), dx.data(), ld_x, dw.data(), db.data(), ds.data());
+    auto forward = [&](const std::vector<float>& xv, const std::vector<float>& wv, const std::vector<float>& bv,
+                       std::vector<float> sv) {
+      std::vector<float> y(static_cast<size_t>(T) * C);
+      ref::conv1d_causal(ref_ctx, xv.data(), ld_x, wv.data(), bv.data(), sv.data(), T, C, K, silu, y.data());
+      return y;
+    };
+    const float h = 1e-2f;  // the silu curvature term is ~1e-4 relative; 1e-3 left the f32 rounding at 1e-3
+    const Probe px(x, randv(x.size(), 56), h), pw(w, randv(w.size(), 57), h), pb(bias, randv(C, 58), h),
+        ps(state, randv(state.size(), 59), h);
+    EXPECT_LT(rel(dot(dx, px.diff), directional([&](const std::vector<float>& v) { return forward(v, w, bias, state); },
+                                                px, dout)), tol::kBackwardVsFiniteDiff);
+    EXPECT_LT(rel(dot(dw, pw.diff), directional([&](const std::vector<float>& v) { return forward(x, v, bias, state); },
+                                                pw, dout)), tol::kBackwardVsFiniteDiff);
+    EXPECT_LT(rel(dot(db, pb.diff), directional([&](const std::vector<float>& v) { return forward(x, w, v, state); },
+                                                pb, dout)), tol::kBackwardVsFiniteDiff);
+    EXPECT_LT(rel(dot(ds, ps.diff), directional([&](const std::vector<float>& v) { return forward(x, w, bias, v); },
+                                                ps, dout)), tol::kBackwardVsFiniteDiff);
+    std::vector<float> cdx(x.size(), 0.0f), cdw(w.size(), 0.0f), cdb(C, 0.0f), cds(state.size());
+    cpu::conv1d_causal_backward(ctx, x.data(), ld_x, w.data(), bias.data(), state.data(), T, C, K, silu, dout.data(),
+                                cdx.data(), ld_x, cdw.data(), cdb.data(), cds.data());
+    EXPECT_LT(max_rel(cdx, dx), tol::kBackwardCpuVsRef);
+    EXPECT_LT(max_rel(cdw, dw), tol::kBackwardCpuVsRef);
+    EXPECT_LT(max_rel(cdb, db), tol::kBackwardCpuVsRef);
+    EXPECT_LT(max_rel(cds, ds), tol::kBackwardCpuVsRef);
+  }
+}
+
 }  // namespace
 }  // namespace hybridlm

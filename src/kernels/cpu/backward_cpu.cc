@@ -4,6 +4,7 @@
 // training issue's benchmark comes later.
 #include <algorithm>
 #include <cmath>
+#include <numbers>
 #include <vector>
 
 #include "base/error.h"
@@ -117,6 +118,75 @@ double cross_entropy(const KernelContext& ctx, const float* logits, const int32_
   double loss = 0;
   for (double x : row_loss) loss += x;  // in row order: the same sum for any thread count
   return loss;
+}
+
+namespace {
+float act_grad(Activation act, float x) {
+  switch (act) {
+    case Activation::Silu: {
+      const float s = 1.0f / (1.0f + vexp(-x));
+      return s * (1.0f + x * (1.0f - s));
+    }
+    case Activation::Gelu:
+      return 0.5f * (1.0f + std::erf(x * static_cast<float>(1.0 / std::numbers::sqrt2))) +
+             x * vexp(-0.5f * x * x) * static_cast<float>(1.0 / std::sqrt(2.0 * std::numbers::pi));
+    case Activation::Relu2: return x > 0 ? 2.0f * x : 0.0f;
+  }
+  return 0;
+}
+float act_value(Activation act, float x) {
+  switch (act) {
+    case Activation::Silu: return vsilu(x);
+    case Activation::Gelu: return 0.5f * x * (1.0f + std::erf(x * static_cast<float>(1.0 / std::numbers::sqrt2)));
+    case Activation::Relu2: return x > 0 ? x * x : 0.0f;
+  }
+  return 0;
+}
+}  // namespace
+
+void activation_backward(const KernelContext& ctx, Activation act, const float* a, const float* b, int ld, int T, int d,
+                         const float* dout, float* da, float* db) {
+  parallel(ctx, static_cast<size_t>(T), 1, [&](size_t tb, size_t te) {
+    for (size_t t = tb; t < te; ++t)
+      for (int i = 0; i < d; ++i) {
+        const size_t s = t * ld + i;
+        const float g = dout[t * d + i];
+        if (da) da[s] = g * (b ? b[s] : 1.0f) * act_grad(act, a[s]);
+        if (db && b) db[s] = g * act_value(act, a[s]);
+      }
+  });
+}
+
+void conv1d_causal_backward(const KernelContext& ctx, const float* x, int ld_x, const float* w, const float* bias,
+                            const float* state, int T, int C, int K, bool apply_silu, const float* dout, float* dx,
+                            int ld_dx, float* dw, float* dbias, float* dstate) {
+  // Channels are independent: each thread takes a block of them, all of their outputs.
+  parallel(ctx, static_cast<size_t>(C), 16, [&](size_t cb, size_t ce) {
+    std::vector<float> win(static_cast<size_t>(K - 1 + T)), dwin(win.size());
+    for (size_t c = cb; c < ce; ++c) {
+      for (int k = 0; k < K - 1; ++k) win[k] = state[static_cast<size_t>(k) * C + c];
+      for (int t = 0; t < T; ++t) win[K - 1 + t] = x[static_cast<size_t>(t) * ld_x + c];
+      std::fill(dwin.begin(), dwin.end(), 0.0f);
+      const float* wc = w + c * K;
+      float sum_b = 0;
+      for (int t = 0; t < T; ++t) {
+        float pre = bias ? bias[c] : 0.0f;
+        for (int k = 0; k < K; ++k) pre += wc[k] * win[t + k];
+        float dpre = dout[static_cast<size_t>(t) * C + c];
+        if (apply_silu) dpre *= act_grad(Activation::Silu, pre);
+        sum_b += dpre;
+        for (int k = 0; k < K; ++k) {
+          dwin[t + k] += wc[k] * dpre;
+          if (dw) dw[c * K + k] += win[t + k] * dpre;
+        }
+      }
+      if (dbias) dbias[c] += sum_b;
+      if (dstate)
+        for (int k = 0; k < K - 1; ++k) dstate[static_cast<size_t>(k) * C + c] = dwin[k];
+      if (dx)
+        for (int t = 0; t < T; ++t) dx[static_cast<size_t>(t) * ld_dx + c] = dwin[K - 1 + t];
+    }
+  });
 }
 
 }  // namespace hybridlm::cpu

@@ -2,6 +2,7 @@
 // the order of the math, double accumulators where a sum runs long. Not fast, obviously correct.
 #include <algorithm>
 #include <cmath>
+#include <numbers>
 #include <vector>
 
 #include "base/error.h"
@@ -386,6 +387,61 @@ double cross_entropy(const KernelContext&, const float* logits, const int32_t* t
     }
   }
   return loss;
+}
+
+static double act_grad_ref(Activation act, double x) {
+  switch (act) {
+    case Activation::Silu: {
+      const double s = 1.0 / (1.0 + std::exp(-x));
+      return s * (1.0 + x * (1.0 - s));
+    }
+    case Activation::Gelu:
+      return 0.5 * (1.0 + std::erf(x / std::sqrt(2.0))) + x * std::exp(-0.5 * x * x) / std::sqrt(2.0 * std::numbers::pi);
+    case Activation::Relu2: return x > 0 ? 2.0 * x : 0.0;
+  }
+  return 0;
+}
+
+void activation_backward(const KernelContext&, Activation act, const float* a, const float* b, int ld, int T, int d,
+                         const float* dout, float* da, float* db) {
+  for (int t = 0; t < T; ++t)
+    for (int i = 0; i < d; ++i) {
+      const size_t s = static_cast<size_t>(t) * ld + i;
+      const double g = dout[static_cast<size_t>(t) * d + i];
+      if (da) da[s] = static_cast<float>(g * (b ? b[s] : 1.0f) * act_grad_ref(act, a[s]));
+      if (db && b) db[s] = static_cast<float>(g * act_ref(act, a[s]));
+    }
+}
+
+void conv1d_causal_backward(const KernelContext&, const float* x, int ld_x, const float* w, const float* bias,
+                            const float* state, int T, int C, int K, bool apply_silu, const float* dout, float* dx,
+                            int ld_dx, float* dw, float* dbias, float* dstate) {
+  // win: (K-1+T, C) as in the forward; dwin its gradient.
+  const size_t n = static_cast<size_t>(K - 1 + T) * C;
+  std::vector<double> win(n), dwin(n, 0.0);
+  for (int k = 0; k < K - 1; ++k)
+    for (int c = 0; c < C; ++c) win[static_cast<size_t>(k) * C + c] = state[static_cast<size_t>(k) * C + c];
+  for (int t = 0; t < T; ++t)
+    for (int c = 0; c < C; ++c) win[static_cast<size_t>(K - 1 + t) * C + c] = x[static_cast<size_t>(t) * ld_x + c];
+  for (int t = 0; t < T; ++t)
+    for (int c = 0; c < C; ++c) {
+      double pre = bias ? bias[c] : 0.0;
+      for (int k = 0; k < K; ++k) pre += static_cast<double>(w[static_cast<size_t>(c) * K + k]) * win[static_cast<size_t>(t + k) * C + c];
+      double dpre = dout[static_cast<size_t>(t) * C + c];
+      if (apply_silu) dpre *= act_grad_ref(Activation::Silu, pre);
+      if (dbias) dbias[c] += static_cast<float>(dpre);
+      for (int k = 0; k < K; ++k) {
+        const size_t at = static_cast<size_t>(t + k) * C + c;
+        dwin[at] += static_cast<double>(w[static_cast<size_t>(c) * K + k]) * dpre;
+        if (dw) dw[static_cast<size_t>(c) * K + k] += static_cast<float>(win[at] * dpre);
+      }
+    }
+  if (dstate)
+    for (size_t i = 0; i < static_cast<size_t>(K - 1) * C; ++i) dstate[i] = static_cast<float>(dwin[i]);
+  if (dx)
+    for (int t = 0; t < T; ++t)
+      for (int c = 0; c < C; ++c)
+        dx[static_cast<size_t>(t) * ld_dx + c] = static_cast<float>(dwin[static_cast<size_t>(K - 1 + t) * C + c]);
 }
 
 }  // namespace hybridlm::ref
