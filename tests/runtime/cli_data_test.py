@@ -1,0 +1,103 @@
+"""Training data from the CLI: `train-tokenizer` (a byte-level BPE that our tokenizer and the
+JavaScript reference @huggingface/tokenizers load and agree on, id for id) and `prepare-data`
+(flat token files and their index), with their errors."""
+import json
+import os
+import subprocess
+
+from cli_common import check, data, expect_error, finish, run, scratch, start
+
+start()
+here = os.path.dirname(os.path.abspath(__file__))
+hf_encode = os.path.join(here, "..", "tokenizer", "hf_encode.mjs")
+with open(os.path.join(data, "corpora", "tinyshakespeare.txt"), encoding="utf-8") as f:
+    shakespeare = f.read()
+corpus = os.path.join(scratch, "shakespeare_slice.txt")
+with open(corpus, "w", encoding="utf-8") as f:
+    f.write(shakespeare[:200_000])
+
+
+def tokenize(tok_dir, text):
+    rc, out, err = run("tokenize", "-m", tok_dir, "-p", text)
+    return json.loads(out) if rc == 0 else f"rc={rc} {err.strip()}"
+
+
+def decode(tok_dir, ids):
+    rc, out, err = run("tokenize", "-m", tok_dir, "--decode", json.dumps(ids))
+    return out[:-1] if rc == 0 and out.endswith("\n") else f"rc={rc} {err.strip()}"
+
+
+# train-tokenizer: vocab 600 on 200 kB of Shakespeare.
+tok = os.path.join(scratch, "tok")
+rc, out, err = run("train-tokenizer", "-i", corpus, "--vocab-size", "600", "-o", tok)
+vocab = {}
+if rc == 0:
+    with open(os.path.join(tok, "tokenizer.json"), encoding="utf-8") as f:
+        tj = json.load(f)
+    vocab = tj["model"]["vocab"]
+check("train-tokenizer writes tokenizer.json with 600 tokens", rc == 0 and len(vocab) == 600 and
+      len(tj["model"]["merges"]) == 600 - 257, f"rc={rc} {err}")
+check("train-tokenizer reports words, merges and time on stderr",
+      rc == 0 and "words" in err and "343 merges" in err and " s)" in err, err)
+check("the special token is id 0, an added token marked special",
+      vocab.get("<|endoftext|>") == 0 and tj["added_tokens"][0]["special"] is True if vocab else False)
+check("pre-tokenizer, decoder and post-processor are ByteLevel",
+      vocab and [tj[k]["type"] for k in ("pre_tokenizer", "decoder", "post_processor")] == ["ByteLevel"] * 3 and
+      tj["pre_tokenizer"]["add_prefix_space"] is False and tj["pre_tokenizer"]["use_regex"] is True)
+
+# Ours and the JavaScript reference agree id for id, and decode round-trips.
+cases = ["Hello world", "First Citizen:\nBefore we proceed any further, hear me speak.",
+         "  leading and trailing spaces  ", "tabs\tand\n\n\nnewlines \n \n", "ünïcödé naïve café 日本語 🎉 ∑x²",
+         "<|endoftext|>", "end of one<|endoftext|>start of the next", "it's we'll they're 12345 3.14159",
+         "", " ", "\u00a0non-breaking\u2028line sep", shakespeare[5000:7000]]
+cases_file = os.path.join(scratch, "cases.json")
+with open(cases_file, "w", encoding="utf-8") as f:
+    json.dump(cases, f)
+p = subprocess.run(["node", hf_encode, tok, cases_file], capture_output=True, text=True, timeout=120)
+check("the JavaScript reference loads the trained tokenizer", p.returncode == 0, p.stderr.strip())
+ref = json.loads(p.stdout) if p.returncode == 0 else [{"ids": None, "decoded": None}] * len(cases)
+for text, r in zip(cases, ref):
+    ours = tokenize(tok, text)
+    check(f"ids equal the reference's for {text[:40]!r}", ours == r["ids"], f"ours {ours} ref {r['ids']}")
+    check(f"decode round-trips {text[:40]!r}", decode(tok, ours) == text == r["decoded"] if isinstance(ours, list)
+          else False, f"{decode(tok, ours)!r}")
+check("the special token in text is one token", tokenize(tok, "a<|endoftext|>b")[1:2] == [0])
+
+# Training is deterministic.
+tok2 = os.path.join(scratch, "tok2")
+rc, _, _ = run("train-tokenizer", "-i", corpus, "--vocab-size", "600", "-o", tok2)
+same = rc == 0 and open(os.path.join(tok, "tokenizer.json"), "rb").read() == \
+    open(os.path.join(tok2, "tokenizer.json"), "rb").read()
+check("training twice writes the same tokenizer.json", same)
+
+# --min-frequency stops early; --special-tokens sets several (ids 0, 1, ...).
+tok3 = os.path.join(scratch, "tok3")
+tiny = os.path.join(scratch, "tiny.txt")
+with open(tiny, "w") as f:
+    f.write("abc abc abd\n")
+rc, out, err = run("train-tokenizer", "-i", tiny, "--vocab-size", "1000", "-o", tok3, "--min-frequency", "2",
+                   "--special-tokens", "<s>", "</s>")
+with open(os.path.join(tok3, "tokenizer.json"), encoding="utf-8") as f:
+    t3 = json.load(f) if rc == 0 else {}
+check("--min-frequency stops when no pair is frequent enough", rc == 0 and "stopped early" in err and
+      len(t3["model"]["vocab"]) < 1000, err)
+check("--special-tokens gives ids 0, 1 in order", rc == 0 and t3["model"]["vocab"]["<s>"] == 0 and
+      t3["model"]["vocab"]["</s>"] == 1 and len(t3["added_tokens"]) == 2)
+
+# Errors: one line, exit 1.
+missing = os.path.join(scratch, "missing.txt")
+expect_error("train-tokenizer: missing input file", ["train-tokenizer", "-i", missing, "--vocab-size", "300", "-o",
+             os.path.join(scratch, "x")], 1, f"{missing}: no such file")
+expect_error("train-tokenizer: vocab size below 256 + specials", ["train-tokenizer", "-i", corpus, "--vocab-size",
+             "256", "-o", os.path.join(scratch, "x")], 1, "--vocab-size 256: must be >= 257")
+empty = os.path.join(scratch, "empty.txt")
+open(empty, "w").close()
+expect_error("train-tokenizer: empty input", ["train-tokenizer", "-i", empty, "--vocab-size", "300", "-o",
+             os.path.join(scratch, "x")], 1, "no text to train on")
+blocker = os.path.join(scratch, "a_file")
+with open(blocker, "w") as f:
+    f.write("x")
+expect_error("train-tokenizer: unwritable output directory", ["train-tokenizer", "-i", corpus, "--vocab-size", "300",
+             "-o", os.path.join(blocker, "sub")], 1, "cannot create the output directory")
+
+finish()
