@@ -100,4 +100,98 @@ with open(blocker, "w") as f:
 expect_error("train-tokenizer: unwritable output directory", ["train-tokenizer", "-i", corpus, "--vocab-size", "300",
              "-o", os.path.join(blocker, "sub")], 1, "cannot create the output directory")
 
+# prepare-data: one document (a file) -> its tokens, as `tokenize` gives them, then EOS; the last
+# --val-fraction of them held out.
+import hashlib
+import math
+import struct
+
+
+def read_bin(path, dtype):
+    raw = open(path, "rb").read()
+    width = {"uint16": 2, "uint32": 4}[dtype]
+    return list(struct.unpack("<" + {"uint16": "H", "uint32": "I"}[dtype] * (len(raw) // width), raw))
+
+
+def prepare(out_name, tokenizer, inputs, *extra):
+    out_dir = os.path.join(scratch, out_name)
+    rc, out, err = run("prepare-data", "--tokenizer", tokenizer, "-i", *inputs, "-o", out_dir, *extra)
+    index = json.load(open(os.path.join(out_dir, "index.json"))) if rc == 0 else None
+    if index is None:
+        return rc, err, None, [], []
+    train = read_bin(os.path.join(out_dir, "train.bin"), index["dtype"])
+    val = read_bin(os.path.join(out_dir, "val.bin"), index["dtype"])
+    return rc, err, index, train, val
+
+
+doc_text = shakespeare[:60_000]
+doc = os.path.join(scratch, "doc.txt")
+with open(doc, "w", encoding="utf-8") as f:
+    f.write(doc_text)
+expected = tokenize(tok, doc_text) + [0]
+rc, err, index, train, val = prepare("data1", tok, [doc])
+check("prepare-data of one document succeeds and reports counts", rc == 0 and "1 documents" in err and
+      f"{len(expected)} tokens" in err, err)
+check("one document: train then val are tokenize's ids followed by EOS", train + val == expected,
+      f"{len(train)}+{len(val)} vs {len(expected)}")
+check("one document: val is the last ceil(0.1 * tokens)", len(val) == math.ceil(0.1 * len(expected)), len(val))
+check("index.json: counts, dtype uint16, eos, vocab", index and index["dtype"] == "uint16" and
+      index["train"]["tokens"] == len(train) and index["val"]["tokens"] == len(val) and index["eos_id"] == 0 and
+      index["vocab_size"] == 600 and index["val"]["documents"][0]["document_offset"] == len(train))
+tok_json = os.path.join(tok, "tokenizer.json")
+check("index.json: the tokenizer's sha256 and path",
+      index and index["tokenizer"]["sha256"] == hashlib.sha256(open(tok_json, "rb").read()).hexdigest() and
+      os.path.samefile(index["tokenizer"]["path"], tok_json))
+check("train.bin is 2 bytes a token", os.path.getsize(os.path.join(scratch, "data1", "train.bin")) == 2 * len(train))
+
+# Several documents: whole documents held out, each one's tokens in place as the index says.
+texts = [shakespeare[i * 3000:(i + 1) * 3000] for i in range(6)]
+docs = []
+for i, t in enumerate(texts):
+    docs.append(os.path.join(scratch, f"doc{i}.txt"))
+    with open(docs[-1], "w", encoding="utf-8") as f:
+        f.write(t)
+rc, err, index, train, val = prepare("data6", tok, docs, "--val-fraction", "0.3", "--seed", "7")
+per_doc = {d: tokenize(tok, t) + [0] for d, t in zip(docs, texts)}
+ok = index is not None
+for split, ids in [("train", train), ("val", val)] if ok else []:
+    for e in index[split]["documents"]:
+        ok = ok and ids[e["offset"]:e["offset"] + e["tokens"]] == per_doc[e["source"]] and e["document_offset"] == 0
+sources = sorted(e["source"] for s in ("train", "val") for e in index[s]["documents"]) if index else []
+check("several documents: each is whole in train or val where the index says", ok and sources == sorted(docs))
+total = sum(len(v) for v in per_doc.values())
+check("several documents: val holds >= 30% of tokens, train the rest", index and len(train) + len(val) == total and
+      len(val) >= 0.3 * total and index["val"]["documents"] and index["train"]["documents"], err)
+rc2, _, index2, train2, val2 = prepare("data6b", tok, docs, "--val-fraction", "0.3", "--seed", "7")
+check("the same seed gives the same split", index2 and train2 == train and val2 == val)
+rc, err, index, train, val = prepare("data6c", tok, docs, "--val-fraction", "0")
+check("--val-fraction 0: everything is train, val.bin is empty", rc == 0 and len(train) == total and val == [], err)
+
+# dtype: uint16 for GPT-NeoX (50k tokens), uint32 for Llama 3 (128k).
+for name, dtype in [("gpt-neox-20b", "uint16"), ("llama3", "uint32")]:
+    tdir = os.path.join(data, "tokenizers", name)
+    rc, err, index, train, val = prepare(f"data_{name}", tdir, [docs[0]], "--val-fraction", "0")
+    ids = tokenize(tdir, texts[0])
+    eos = index["eos_id"] if index else None
+    if eos is not None and ids[-1:] != [eos]:
+        ids = ids + [eos]
+    check(f"{name}: dtype {dtype}, tokens as tokenize gives them", index and index["dtype"] == dtype and train == ids,
+          err)
+
+# Errors: one line, exit 1.
+x = os.path.join(scratch, "x")
+expect_error("prepare-data: missing input", ["prepare-data", "--tokenizer", tok, "-i", missing, "-o", x], 1,
+             f"{missing}: no such file")
+binary = os.path.join(scratch, "b.bin")
+with open(binary, "wb") as f:
+    f.write(b"abc\x00\x01\x02")
+expect_error("prepare-data: binary input", ["prepare-data", "--tokenizer", tok, "-i", binary, "-o", x], 1,
+             "not a text file (a NUL byte at offset 3)")
+expect_error("prepare-data: empty result", ["prepare-data", "--tokenizer", tok, "-i", empty, "-o", x], 1,
+             "no tokens: the input files are empty")
+expect_error("prepare-data: no tokenizer there", ["prepare-data", "--tokenizer", scratch, "-i", doc, "-o", x], 1,
+             "no tokenizer.json there")
+expect_error("prepare-data: --val-fraction 1", ["prepare-data", "--tokenizer", tok, "-i", doc, "-o", x,
+             "--val-fraction", "1"], 1, "--val-fraction 1: must be in [0, 1)")
+
 finish()
