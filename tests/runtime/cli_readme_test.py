@@ -38,7 +38,7 @@ def flags_in(help_text):
 commands = [l for l in block.splitlines() if l.startswith("$B ")]
 check("the example block has a line for every subcommand",
       {shlex.split(l, comments=True)[1] for l in commands} >= {"generate", "score", "perplexity", "tokenize", "inspect", "bench",
-                                                "plan", "help"}, commands)
+                                                "plan", "train-tokenizer", "prepare-data", "help"}, commands)
 for line in commands:
     args = shlex.split(line, comments=True)[1:]
     args = [model if a == "DIR" else a for a in args]
@@ -51,7 +51,8 @@ for line in commands:
     check(f"README `{line[3:60]}` runs", p.returncode == 0, p.stderr[-400:])
 
 all_flags = set()
-for sub in ["generate", "score", "perplexity", "tokenize", "inspect", "bench", "plan"]:
+for sub in ["generate", "score", "perplexity", "tokenize", "inspect", "bench", "plan", "train-tokenizer",
+            "prepare-data"]:
     all_flags |= flags_in(help_of(sub))
 about_cli = section.split("Make a random-weight checkpoint")[0]  # the rest is about tools/make_test_checkpoint.py
 named = set(re.findall(r"`(-{1,2}[a-z][a-z0-9-]*)", about_cli))

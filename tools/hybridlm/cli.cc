@@ -8,7 +8,9 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <memory>
+#include <sstream>
 
 #include "base/error.h"
 #include "base/thread_pool.h"
@@ -254,6 +256,50 @@ void check_logits_fit(size_t tokens, int vocab, const std::string& what) {
   const double bytes = static_cast<double>(tokens) * vocab * sizeof(float);
   check(bytes <= kMaxLogitBytes, what, ": ", tokens, " tokens x ", vocab, " vocab = ", format_bytes(bytes),
       " of logits, over the ", format_bytes(kMaxLogitBytes), " limit; use fewer tokens");
+}
+
+// The offset of the first byte that does not belong to well-formed UTF-8 (RFC 3629: no overlong
+// forms, no surrogates, nothing past U+10FFFF), or npos.
+static size_t invalid_utf8_offset(const std::string& s) {
+  for (size_t i = 0; i < s.size();) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    const size_t len = c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+    if (len == 0 || i + len > s.size()) return i;
+    const unsigned char c1 = static_cast<unsigned char>(s[i + 1]);
+    // The second byte's range depends on the first (E0: A0..BF, ED: 80..9F, F0: 90..BF, F4: 80..8F).
+    const unsigned char lo = c == 0xE0 ? 0xA0 : c == 0xF0 ? 0x90 : 0x80;
+    const unsigned char hi = c == 0xED ? 0x9F : c == 0xF4 ? 0x8F : 0xBF;
+    if (c1 < lo || c1 > hi) return i;
+    for (size_t k = 2; k < len; ++k)
+      if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return i;
+    i += len;
+  }
+  return std::string::npos;
+}
+
+std::string read_text_file(const std::string& file, uint64_t max_bytes, const char* purpose) {
+  std::error_code ec;
+  check(std::filesystem::exists(file, ec), file, ": no such file");
+  check(!std::filesystem::is_directory(file, ec), file, ": is a directory");
+  std::ifstream in(file, std::ios::binary);
+  check(static_cast<bool>(in), file, ": cannot open");
+  const auto fsize = std::filesystem::file_size(file, ec);
+  check(!ec && fsize <= max_bytes, file, ": ",
+        (ec ? ec.message()
+            : format_bytes(static_cast<double>(fsize)) + ", over the " + format_bytes(static_cast<double>(max_bytes)) +
+                  " limit for " + purpose));
+  std::stringstream text;
+  text << in.rdbuf();
+  std::string s = text.str();
+  const size_t nul = s.find('\0');
+  check(nul == std::string::npos, file, ": not a text file (a NUL byte at offset ", nul, ")");
+  const size_t bad = invalid_utf8_offset(s);
+  check(bad == std::string::npos, file, ": not a text file (invalid UTF-8 at byte offset ", bad, ")");
+  return s;
 }
 
 }  // namespace hybridlm

@@ -30,6 +30,8 @@ Subcommand add_tokenize(CLI::App& parent);
 Subcommand add_inspect(CLI::App& parent);
 Subcommand add_bench(CLI::App& parent);
 Subcommand add_plan(CLI::App& parent);
+Subcommand add_train_tokenizer(CLI::App& parent);
+Subcommand add_prepare_data(CLI::App& parent);
 
 // "1, 2,3" or "[1, 2, 3]" (as tokenize prints them) -> {1, 2, 3}; "[]" -> {}; an item that is not
 // an integer in [0, 2^31) is an Error naming `flag`.
@@ -75,6 +77,10 @@ void report_cache(Engine& e);
 Tokenizer load_tokenizer(const std::string& dir);
 // log softmax(logits)[id] over a row of `vocab` logits, in double.
 double token_logprob(const float* logits, int vocab, int32_t id);
+
+// A text file, or an Error naming it: missing, a directory, over `max_bytes` ("over the 256 MiB
+// limit for <purpose>"), or binary (a NUL byte, invalid UTF-8).
+std::string read_text_file(const std::string& file, uint64_t max_bytes, const char* purpose);
 
 // Logits of every position are (tokens x vocab) floats; refuse sizes that cannot be held.
 void check_logits_fit(size_t tokens, int vocab, const std::string& what);

@@ -48,48 +48,6 @@ std::vector<Window> plan_windows(size_t n_tokens, size_t ctx, size_t stride, int
   return w;
 }
 
-// The offset of the first byte that does not belong to well-formed UTF-8 (RFC 3629: no overlong
-// forms, no surrogates, nothing past U+10FFFF), or npos.
-size_t invalid_utf8_offset(const std::string& s) {
-  for (size_t i = 0; i < s.size();) {
-    const unsigned char c = static_cast<unsigned char>(s[i]);
-    if (c < 0x80) {
-      ++i;
-      continue;
-    }
-    const size_t len = c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
-    if (len == 0 || i + len > s.size()) return i;
-    const unsigned char c1 = static_cast<unsigned char>(s[i + 1]);
-    // The second byte's range depends on the first (E0: A0..BF, ED: 80..9F, F0: 90..BF, F4: 80..8F).
-    const unsigned char lo = c == 0xE0 ? 0xA0 : c == 0xF0 ? 0x90 : 0x80;
-    const unsigned char hi = c == 0xED ? 0x9F : c == 0xF4 ? 0x8F : 0xBF;
-    if (c1 < lo || c1 > hi) return i;
-    for (size_t k = 2; k < len; ++k)
-      if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return i;
-    i += len;
-  }
-  return std::string::npos;
-}
-
-// A text file, or an Error naming it: missing, too large, or binary (a NUL byte, invalid UTF-8).
-std::string read_text(const std::string& file) {
-  std::error_code ec;
-  check(!std::filesystem::is_directory(file, ec), file, ": is a directory");
-  std::ifstream in(file, std::ios::binary);
-  check(static_cast<bool>(in), file, ": cannot open");
-  const auto fsize = std::filesystem::file_size(file, ec);
-  check(!ec && fsize <= (256u << 20), file, ": ", (ec ? ec.message() : format_bytes(static_cast<double>(fsize)) +
-                                                                   ", over the 256 MiB limit for one perplexity run"));
-  std::stringstream text;
-  text << in.rdbuf();
-  std::string s = text.str();
-  const size_t nul = s.find('\0');
-  check(nul == std::string::npos, file, ": not a text file (a NUL byte at offset ", nul, ")");
-  const size_t bad = invalid_utf8_offset(s);
-  check(bad == std::string::npos, file, ": not a text file (invalid UTF-8 at byte offset ", bad, ")");
-  return s;
-}
-
 int cmd_perplexity(PerplexityFlags f) {
   ModelFlags& mf = f.model;
   if (f.old_ctx_flag->count() > 0) {
@@ -101,7 +59,7 @@ int cmd_perplexity(PerplexityFlags f) {
   const int stride = f.stride == 0 ? ctx : f.stride;
   check(stride >= 1 && stride <= ctx, "--stride ", f.stride, ": must be in [1, -c/--ctx-size ", ctx, "]");
   check(f.chunks == -1 || f.chunks >= 1, "--chunks ", f.chunks, ": must be >= 1 (or -1: all)");
-  const std::string text = read_text(f.file);
+  const std::string text = read_text_file(f.file, 256u << 20, "one perplexity run");
   Tokenizer tok = load_tokenizer(mf.dir);
   EngineOptions o = mf.options();
   Engine engine(mf.dir, o);
