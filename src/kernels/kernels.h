@@ -205,6 +205,11 @@ struct KernelTable {
   decltype(&ref::cross_entropy) cross_entropy;
   decltype(&ref::activation_backward) activation_backward;
   decltype(&ref::conv1d_causal_backward) conv1d_causal_backward;
+  decltype(&ref::gated_rmsnorm_backward) gated_rmsnorm_backward;
+  decltype(&ref::rope_backward) rope_backward;
+  decltype(&ref::attention_backward) attention_backward;
+  decltype(&ref::mamba1_scan_backward) mamba1_scan_backward;
+  decltype(&ref::ssd_scan_backward) ssd_scan_backward;
 };
 
 // The scalar oracle (src/kernels/ref) and the optimised CPU kernels (src/kernels/cpu, whose SIMD
