@@ -4,6 +4,7 @@
 // O(h^2) and the forward's f32 rounding (relative to h), whatever the rounding of x +- h v.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -59,8 +60,11 @@ class Backward : public ::testing::Test {
   KernelContext ref_ctx{nullptr, &ref_kernels()};
 };
 
-TEST_F(Backward, MatmulAgainstFiniteDifferencesAndRef) {
-  const int T = 7, R = 33, C = 50;
+// Small shapes take the cpu matmul's row path; (70, 80, 40) its GEMM for both products.
+class BackwardMatmul : public Backward, public ::testing::WithParamInterface<std::array<int, 3>> {};
+
+TEST_P(BackwardMatmul, AgainstFiniteDifferencesAndRef) {
+  const auto [T, R, C] = GetParam();
   const std::vector<float> w = randv(static_cast<size_t>(R) * C, 1), x = randv(static_cast<size_t>(T) * C, 2),
                            b = randv(R, 3), dy = randv(static_cast<size_t>(T) * R, 4);
   const WeightView W{DType::F32, w.data(), R, C};
@@ -90,6 +94,9 @@ TEST_F(Backward, MatmulAgainstFiniteDifferencesAndRef) {
   EXPECT_LT(max_rel(cdW, dW), tol::kBackwardCpuVsRef);
   EXPECT_LT(max_rel(cdb, db), tol::kBackwardCpuVsRef);
 }
+
+INSTANTIATE_TEST_SUITE_P(Shapes, BackwardMatmul,
+                         ::testing::Values(std::array<int, 3>{7, 33, 50}, std::array<int, 3>{70, 80, 40}));
 
 TEST_F(Backward, RmsnormAgainstFiniteDifferencesAndRef) {
   const int T = 5, d = 96;

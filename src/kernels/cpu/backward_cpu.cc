@@ -13,37 +13,52 @@
 
 namespace hybridlm::cpu {
 
+namespace {
+
+// out: (cols, rows) = in: (rows, cols) transposed, in 32 x 32 tiles over threads.
+void transpose(const KernelContext& ctx, const float* in, size_t rows, size_t cols, float* out) {
+  constexpr size_t kTile = 32;
+  const size_t row_tiles = (rows + kTile - 1) / kTile;
+  parallel(ctx, row_tiles, 1, [&](size_t tb, size_t te) {
+    for (size_t r0 = tb * kTile; r0 < std::min(rows, te * kTile); r0 += kTile)
+      for (size_t c0 = 0; c0 < cols; c0 += kTile)
+        for (size_t r = r0; r < std::min(rows, r0 + kTile); ++r)
+          for (size_t c = c0; c < std::min(cols, c0 + kTile); ++c) out[c * rows + r] = in[r * cols + c];
+  });
+}
+
+}  // namespace
+
+// Both products run on the forward GEMM (matmul: y = x W^T) over transposed copies:
+// dx = dy W = dy (W^T)^T, with W^T as the weight; dW = dy^T x = (dy^T) (x^T)^T, with dy^T as the
+// input and x^T as the weight. The copies cost O(size) against the O(T R C) products.
 void matmul_backward(const KernelContext& ctx, const WeightView& W, const float* x, const float* dy, int T, float* dx,
                      float* dW, float* dbias) {
   check(W.dtype == DType::F32 && !W.panels, "matmul_backward: needs f32 row-major weights");
   const float* w = static_cast<const float*>(W.data);
-  const size_t R = W.rows, C = W.cols;
-  if (dx)  // dx[t] = sum_r dy[t, r] W[r]: each token's row by one thread
-    parallel(ctx, static_cast<size_t>(T), 1, [&](size_t tb, size_t te) {
-      for (size_t t = tb; t < te; ++t) {
-        float* o = dx + t * C;
-        std::fill(o, o + C, 0.0f);
-        for (size_t r = 0; r < R; ++r) {
-          const float g = dy[t * R + r];
-          const float* wr = w + r * C;
-          for (size_t c = 0; c < C; ++c) o[c] += g * wr[c];
-        }
-      }
+  const size_t R = W.rows, C = W.cols, n = static_cast<size_t>(T);
+  if (T == 0) return;
+  if (dx) {
+    std::vector<float> wt(R * C);
+    transpose(ctx, w, R, C, wt.data());
+    matmul(ctx, {DType::F32, wt.data(), static_cast<int>(C), static_cast<int>(R)}, nullptr, dy, T, dx);
+  }
+  if (dW) {
+    std::vector<float> dyt(R * n), xt(C * n), prod(R * C);
+    transpose(ctx, dy, n, R, dyt.data());
+    transpose(ctx, x, n, C, xt.data());
+    matmul(ctx, {DType::F32, xt.data(), static_cast<int>(C), T}, nullptr, dyt.data(), static_cast<int>(R),
+           prod.data());
+    parallel(ctx, R, 16, [&](size_t rb, size_t re) {
+      for (size_t i = rb * C; i < re * C; ++i) dW[i] += prod[i];
     });
-  if (dW || dbias)  // dW[r] += sum_t dy[t, r] x[t]: each weight row by one thread
-    parallel(ctx, R, 4, [&](size_t rb, size_t re) {
+  }
+  if (dbias)  // column sums of dy, each column by one thread
+    parallel(ctx, R, 64, [&](size_t rb, size_t re) {
       for (size_t r = rb; r < re; ++r) {
-        float sum_b = 0;
-        float* o = dW ? dW + r * C : nullptr;
-        for (int t = 0; t < T; ++t) {
-          const float g = dy[static_cast<size_t>(t) * R + r];
-          sum_b += g;
-          if (o) {
-            const float* xt = x + static_cast<size_t>(t) * C;
-            for (size_t c = 0; c < C; ++c) o[c] += g * xt[c];
-          }
-        }
-        if (dbias) dbias[r] += sum_b;
+        float s = 0;
+        for (size_t t = 0; t < n; ++t) s += dy[t * R + r];
+        dbias[r] += s;
       }
     });
 }
