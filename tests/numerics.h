@@ -87,6 +87,9 @@ constexpr double kAdamWVsF64 = 2e-5;
 constexpr double kBackwardVsFiniteDiff = 1e-3;
 // cpu backward against ref backward (relative to the largest value): f32 sums against double.
 constexpr double kBackwardCpuVsRef = 1e-5;
+// RoPE backward as the transpose of the forward: <rope(a), b> against <a, rope_backward(b)>,
+// relative to |a| |b|. Each side rounds its rotated vector to f32 (at most 2^-24 of |a| |b|).
+constexpr double kRopeTranspose = 1e-6;
 // Spot values of activations against published constants (absolute).
 constexpr double kActivationSpot = 1e-6;
 // vexp / exp16 / vsoftplus against libm in double over their whole argument range (relative):
