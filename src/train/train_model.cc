@@ -96,13 +96,11 @@ void TrainModel::check_supported() const {
         if (s.in_scale != 1.0f || s.out_scale != 1.0f ||
             std::any_of(std::begin(s.mup), std::end(s.mup), [](float m) { return m != 1.0f; }))
           refuse("Mamba-2 multipliers (Falcon-H1)");
-        if (s.has_out_bias() != s.proj_bias) refuse("a Mamba-2 out_proj bias apart from in_proj's");
         break;
       }
       case MixerKind::Attention: {
         const AttentionSpec& s = b.attn;
         if (s.in_scale != 1.0f || s.k_scale != 1.0f || s.out_scale != 1.0f) refuse("attention multipliers");
-        if (s.o_bias != s.qkv_bias) refuse("an o_proj bias apart from the q/k/v biases");
         break;
       }
       default:
