@@ -93,8 +93,9 @@ class AttentionBackward : public ::testing::Test {
 TEST_F(AttentionBackward, GatedRmsnormAgainstFiniteDifferencesAndRef) {
   const int T = 5, d = 64, ld_z = 70, ld_dz = 72;  // z and dz strided (z is a slice of the in-projection)
   const float eps = 1e-5f;
-  const std::vector<float> y = randv(static_cast<size_t>(T) * d, 61), z = randv(static_cast<size_t>(T) * ld_z, 62, 1.5f),
-                           w = randv(d, 63), dout = randv(static_cast<size_t>(T) * d, 64);
+  const std::vector<float> y = randv(static_cast<size_t>(T) * d, 61),
+                           z = randv(static_cast<size_t>(T) * ld_z, 62, 1.5f), w = randv(d, 63),
+                           dout = randv(static_cast<size_t>(T) * d, 64);
   for (int gs : {32, 64})  // two groups, and the ungrouped form
     for (bool want_dw : {true, false}) {
       SCOPED_TRACE(testing::Message() << "group_size " << gs << " dw " << want_dw);
