@@ -1,4 +1,4 @@
-// train.yaml: everything `hybridlm train --config train.yaml` needs to run (docs/training.md).
+// train.yaml: everything `hybridlm train --config train.yaml` needs to run (docs/train-config.md).
 //
 //   model:      {init: DIR} (start from a checkpoint), or config.json's keys (docs/model-format.md)
 //   tokenizer:  tokenizer.json or a directory holding it
