@@ -1,6 +1,7 @@
 # Cross build for 64-bit Arm Linux with Debian's cross compiler (g++-aarch64-linux-gnu) against
-# the arm64 libraries of Debian multiarch (libpcre2-dev:arm64, libgtest-dev:arm64 in
-# /usr/lib/aarch64-linux-gnu); `bash scripts/setup.sh --aarch64` installs all of it.
+# the arm64 libraries of Debian multiarch (libpcre2-dev:arm64, libyaml-cpp0.7:arm64,
+# libgtest-dev:arm64 in /usr/lib/aarch64-linux-gnu); `bash scripts/setup.sh --aarch64` installs
+# all of it.
 #   cmake -S . -B build-aarch64 -G Ninja --toolchain cmake/aarch64-linux-gnu.cmake
 # ctest runs the test executables through qemu-aarch64 (CMAKE_CROSSCOMPILING_EMULATOR).
 set(CMAKE_SYSTEM_NAME Linux)

@@ -16,21 +16,23 @@ for arg in "$@"; do
 done
 
 pkgs=(build-essential cmake ninja-build ccache pkg-config
-      libpcre2-dev nlohmann-json3-dev libcli11-dev libgtest-dev libopenblas-dev libdnnl-dev
+      libpcre2-dev nlohmann-json3-dev libcli11-dev libyaml-cpp-dev libgtest-dev libopenblas-dev libdnnl-dev
       python3 python3-numpy
       clang libclang-rt-14-dev)  # OpenBLAS, oneDNN: only bench/gemm_bench.cc (the GEMM comparison). clang + its libFuzzer/sanitizer runtimes: scripts/fuzz.sh
 command -v node >/dev/null 2>&1 || pkgs+=(nodejs npm)
 # The aarch64 cross build: Debian's cross compiler, qemu-user to run its binaries, and the arm64
-# builds of the two libraries we link (multiarch: the arm64 architecture is added to dpkg once;
+# builds of the three libraries we link (multiarch: the arm64 architecture is added to dpkg once;
 # nlohmann-json and CLI11 are header-only, their host packages serve both). qemu runs the binaries
 # on the multiarch arm64 runtime (libc6:arm64, which PCRE2 brings, and libstdc++6:arm64), not on
 # the cross compiler's copy of it in /usr/aarch64-linux-gnu, so that ld.so and libc always match.
+# yaml-cpp: only its arm64 runtime library; libyaml-cpp-dev is not multiarch (its arm64 build would
+# replace the host's), and the cross build uses the host's headers (CMakeLists.txt).
 if [ "$aarch64" -eq 1 ]; then
   if ! dpkg --print-foreign-architectures | grep -qx arm64; then
     echo "setup: dpkg --add-architecture arm64"
     $SUDO dpkg --add-architecture arm64
   fi
-  pkgs+=(g++-aarch64-linux-gnu qemu-user libpcre2-dev:arm64 libgtest-dev:arm64 libstdc++6:arm64)
+  pkgs+=(g++-aarch64-linux-gnu qemu-user libpcre2-dev:arm64 libyaml-cpp0.7:arm64 libgtest-dev:arm64 libstdc++6:arm64)
 fi
 
 missing=()

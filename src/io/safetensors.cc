@@ -364,9 +364,8 @@ const TensorInfo& Checkpoint::get(const std::string& name) const {
 
 // ---- Writer --------------------------------------------------------------------------------------
 
-void write_safetensors(const std::filesystem::path& path, const std::vector<TensorToWrite>& tensors,
-                       const std::map<std::string, std::string>& metadata) {
-  const std::string fname = path.string();
+std::string safetensors_header(const std::vector<TensorToWrite>& tensors,
+                               const std::map<std::string, std::string>& metadata, const std::string& fname) {
   // ordered_json keeps insertion order: "__metadata__" first, then tensors in the order given
   // (which is also their order in the data section).
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
@@ -401,8 +400,15 @@ void write_safetensors(const std::filesystem::path& path, const std::vector<Tens
   // Pad with spaces so the data section starts 8-byte aligned, as the reference writer does.
   text.append((8 - text.size() % 8) % 8, ' ');
   const uint64_t n = text.size();
-  uint8_t len_le[8];
-  std::memcpy(len_le, &n, 8);
+  std::string out(8, '\0');
+  std::memcpy(out.data(), &n, 8);
+  return out + text;
+}
+
+void write_safetensors(const std::filesystem::path& path, const std::vector<TensorToWrite>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  const std::string fname = path.string();
+  const std::string head = safetensors_header(tensors, metadata, fname);
 
   // Write to a temporary next to the target, then rename: readers never see a half-written file.
   std::filesystem::path tmp = path;
@@ -410,7 +416,7 @@ void write_safetensors(const std::filesystem::path& path, const std::vector<Tens
   const std::string tname = tmp.string();
   std::FILE* f = std::fopen(tname.c_str(), "wb");
   if (!f) throw Error(fname + ": cannot create " + tname + ": " + std::strerror(errno));
-  bool ok = std::fwrite(len_le, 1, 8, f) == 8 && std::fwrite(text.data(), 1, n, f) == n;
+  bool ok = std::fwrite(head.data(), 1, head.size(), f) == head.size();
   for (const TensorToWrite& t : tensors) {
     if (!ok) break;
     if (!t.bytes.empty()) ok = std::fwrite(t.bytes.data(), 1, t.bytes.size(), f) == t.bytes.size();

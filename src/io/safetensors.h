@@ -86,5 +86,11 @@ struct TensorToWrite {
 };
 void write_safetensors(const std::filesystem::path& path, const std::vector<TensorToWrite>& tensors,
                        const std::map<std::string, std::string>& metadata = {});
+// What a safetensors file holds before its data section: the 8-byte header length and the JSON
+// header (padded to 8 bytes). The file is these bytes, then each tensor's bytes in order; for
+// writers that place the file themselves (train/checkpoint.h). Validates the tensors as
+// write_safetensors does, naming `file` in errors.
+std::string safetensors_header(const std::vector<TensorToWrite>& tensors,
+                               const std::map<std::string, std::string>& metadata, const std::string& file);
 
 }  // namespace hybridlm

@@ -101,6 +101,14 @@ TEST_F(SafetensorsTest, RoundTripAllDtypes) {
   const fs::path p = dir_ / "rt.safetensors";
   write_safetensors(p, ts, {{"format", "pt"}, {"note", "hello"}});
 
+  // The file is safetensors_header's bytes, then the tensors' bytes in order.
+  {
+    std::string want = safetensors_header(ts, {{"format", "pt"}, {"note", "hello"}}, p.string());
+    for (const TensorToWrite& t : ts) want.append(reinterpret_cast<const char*>(t.bytes.data()), t.bytes.size());
+    std::ifstream whole(p, std::ios::binary);
+    EXPECT_EQ(std::string(std::istreambuf_iterator<char>(whole), std::istreambuf_iterator<char>()), want);
+  }
+
   // The header length is a multiple of 8, as the reference writer pads it.
   std::ifstream in(p, std::ios::binary);
   uint64_t n = 0;
