@@ -33,6 +33,7 @@ Subcommand add_plan(CLI::App& parent);
 Subcommand add_train_tokenizer(CLI::App& parent);
 Subcommand add_prepare_data(CLI::App& parent);
 Subcommand add_grad(CLI::App& parent);
+Subcommand add_train(CLI::App& parent);
 
 // "1, 2,3" or "[1, 2, 3]" (as tokenize prints them) -> {1, 2, 3}; "[]" -> {}; an item that is not
 // an integer in [0, 2^31) is an Error naming `flag`.

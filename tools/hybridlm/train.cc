@@ -1,0 +1,36 @@
+// `hybridlm train --config train.yaml [--resume]`: train a block-pattern model (docs/training.md).
+#include <memory>
+
+#include "train/dist.h"
+#include "train/trainer.h"
+#include "tools/hybridlm/cli.h"
+
+namespace hybridlm {
+namespace {
+
+struct TrainFlags {
+  std::string config;
+  TrainRunOptions run;
+};
+
+int cmd_train(const TrainFlags& f) {
+  Dist dist(nullptr, nullptr);
+  run_training(load_train_config(f.config), f.run, dist);
+  return 0;
+}
+
+}  // namespace
+
+Subcommand add_train(CLI::App& parent) {
+  auto f = std::make_shared<TrainFlags>();
+  CLI::App* train = parent.add_subcommand(
+      "train", "train a block-pattern model from train.yaml (under mpirun: data parallel over the ranks)");
+  train->add_option("-c,--config", f->config, "the run's train.yaml (docs/training.md)")->required();
+  train->add_flag("--resume", f->run.resume, "continue from the latest checkpoint in the config's out directory");
+  train->add_flag("-q,--quiet", f->run.quiet, "no progress lines");
+  // For the tests: stop after N steps of this process as if killed (no final checkpoint).
+  train->add_option("--stop-after", f->run.stop_after)->group("");
+  return {train, [f] { return cmd_train(*f); }};
+}
+
+}  // namespace hybridlm
