@@ -150,7 +150,7 @@ shutil.copy(os.path.join(tokdata, "index.json"), os.path.dirname(big))
 n_train = os.path.getsize(os.path.join(tokdata, "train.bin")) // 2  # uint16 ids: a 512-token vocabulary
 bad("token id beyond the vocabulary", RUN.replace("DATA/train.bin", big), "vocab",
     {big: (b"\x05\x00" * (n_train - 1)) + b"\xff\x7f"})
-bad("sequence longer than the data", RUN.replace("seq_len: 64", "seq_len: 500000"), "500000")
+bad("sequence longer than the data", RUN.replace("seq_len: 64", "seq_len: 500000"), "fewer than seq_len")
 blocker = os.path.join(scratch, "not_a_dir")
 with open(blocker, "w") as f:
     f.write("x")
