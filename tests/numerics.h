@@ -82,6 +82,10 @@ constexpr double kPenaltyVsF64 = 1e-6;
 // AdamW in f32 against the same update in double over 30 steps, relative to how far the
 // parameters moved: a few f32 roundings per step (a 1e-4 error in the step size fails it).
 constexpr double kAdamWVsF64 = 2e-5;
+// Data parallelism (dist_mpi_test): a gradient summed in f32 per rank shard and then across ranks
+// against the same f32 sum over the whole batch in one process (relative to the largest value):
+// only the summation order differs, a few f32 roundings (2^-24 each) of terms of the values' size.
+constexpr double kDataParallelF32 = 1e-5;
 // Backward kernels: ref against central differences of the ref forward along a random direction
 // (relative): f32 forward outputs differenced over h = 1e-3 .. 1e-2, plus the O(h^2) curvature.
 constexpr double kBackwardVsFiniteDiff = 1e-3;
