@@ -15,15 +15,27 @@ namespace hybridlm::cpu {
 
 namespace {
 
-// out: (cols, rows) = in: (rows, cols) transposed, in 32 x 32 tiles over threads.
+// out: (cols, rows) = in: (rows, cols) transposed, in 16 x 16 tiles over threads (rows of tiles).
+// A whole tile goes through a local block with constant loop bounds, which the compiler unrolls
+// and vectorises; the ragged edges take the plain loop.
 void transpose(const KernelContext& ctx, const float* in, size_t rows, size_t cols, float* out) {
-  constexpr size_t kTile = 32;
+  constexpr size_t kTile = 16;
   const size_t row_tiles = (rows + kTile - 1) / kTile;
-  parallel(ctx, row_tiles, 1, [&](size_t tb, size_t te) {
-    for (size_t r0 = tb * kTile; r0 < std::min(rows, te * kTile); r0 += kTile)
-      for (size_t c0 = 0; c0 < cols; c0 += kTile)
-        for (size_t r = r0; r < std::min(rows, r0 + kTile); ++r)
-          for (size_t c = c0; c < std::min(cols, c0 + kTile); ++c) out[c * rows + r] = in[r * cols + c];
+  parallel(ctx, row_tiles, 4, [&](size_t tb, size_t te) {
+    float block[kTile][kTile];
+    for (size_t r0 = tb * kTile; r0 < std::min(rows, te * kTile); r0 += kTile) {
+      size_t c0 = 0;
+      if (r0 + kTile <= rows)
+        for (; c0 + kTile <= cols; c0 += kTile) {
+          for (size_t i = 0; i < kTile; ++i)
+            for (size_t j = 0; j < kTile; ++j) block[j][i] = in[(r0 + i) * cols + c0 + j];
+          for (size_t j = 0; j < kTile; ++j)
+            for (size_t i = 0; i < kTile; ++i) out[(c0 + j) * rows + r0 + i] = block[j][i];
+        }
+      const size_t r_end = std::min(rows, r0 + kTile);
+      for (size_t r = r0; r < r_end; ++r)
+        for (size_t c = c0; c < cols; ++c) out[c * rows + r] = in[r * cols + c];
+    }
   });
 }
 
