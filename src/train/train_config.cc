@@ -29,6 +29,15 @@ constexpr size_t kMaxNodes = 100000;
 // "optimizer" + "lr" -> "optimizer.lr"; the top level has an empty path.
 std::string join(const std::string& path, const std::string& key) { return path.empty() ? key : path + "." + key; }
 
+// "<source>: <path>: <why>" on one line: a quoted key or value may hold "\n", and a key may be long.
+[[noreturn]] void fail_at(std::string_view source, const std::string& path, const std::string& why) {
+  std::string p = path.size() > 120 ? path.substr(0, 120) + "..." : path;
+  std::string msg = std::string(source) + (p.empty() ? "" : ": " + p) + ": " + why;
+  for (char& c : msg)
+    if (static_cast<unsigned char>(c) < 0x20) c = ' ';
+  throw Error(msg);
+}
+
 // ---- YAML to JSON -------------------------------------------------------------------------------
 // yaml-cpp keeps every scalar as text with its tag: "?" for a plain scalar, "!" for a quoted or
 // block one, the full tag for an explicit one (!!str). Plain scalars are typed as the YAML 1.2
@@ -140,9 +149,7 @@ class YamlToJson {
   }
 
  private:
-  [[noreturn]] void fail(const std::string& path, const std::string& why) const {
-    throw Error(std::string(source_) + (path.empty() ? "" : ": " + path) + ": " + why);
-  }
+  [[noreturn]] void fail(const std::string& path, const std::string& why) const { fail_at(source_, path, why); }
   static std::string line_of(const YAML::Node& n) {
     return n.Mark().is_null() ? "" : " (line " + std::to_string(n.Mark().line + 1) + ")";
   }
@@ -258,9 +265,7 @@ class Reader {
  public:
   Reader(std::string_view source, fs::path base) : source_(source), base_(std::move(base)) {}
 
-  [[noreturn]] void fail(const std::string& path, const std::string& why) const {
-    throw Error(std::string(source_) + (path.empty() ? "" : ": " + path) + ": " + why);
-  }
+  [[noreturn]] void fail(const std::string& path, const std::string& why) const { fail_at(source_, path, why); }
 
   // Throws for the first key of obj not in the section's list.
   void check_keys(const json& obj, const std::string& path) const {

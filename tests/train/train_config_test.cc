@@ -302,6 +302,8 @@ TEST(TrainConfig, UnknownKeysSuggestTheNearestKnownOne) {
   EXPECT_EQ(error_of(minimal_with("data: {train: a, valdiation: b}")),
             "train.yaml: data.valdiation: unknown key (did you mean 'validation'?)");
   EXPECT_EQ(error_of(minimal_with("colour: blue")), "train.yaml: colour: unknown key");
+  // A quoted key with a newline still gives one line.
+  EXPECT_EQ(error_of(minimal_with("\"bad\\nkey\": 1")), "train.yaml: bad key: unknown key");
 }
 
 TEST(TrainConfig, MissingRequiredKeys) {
