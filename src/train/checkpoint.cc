@@ -176,7 +176,7 @@ std::string trainer_state_json(const TrainerState& s) {
 
 TrainerState parse_trainer_state(const std::string& text, const std::string& where) {
   const nlohmann::json j = parse_json(text, where);
-  check(j.is_object() && j.value("format", "") == "hybridlm-trainer-state", where,
+  check(j.is_object() && j.contains("format") && j["format"] == "hybridlm-trainer-state", where,
         ": not a trainer state (\"format\": \"hybridlm-trainer-state\")");
   check(j.contains("version") && j["version"] == 1, where, ": version ",
         j.contains("version") ? json_brief(j["version"]) : std::string("missing"), " (this build reads version 1)");

@@ -72,20 +72,21 @@ TokenIndex read_token_index(const std::filesystem::path& dir) {
   check(std::filesystem::file_size(path, ec) <= kMaxIndexBytes, where, ": over ", kMaxIndexBytes >> 20, " MiB");
   read_whole(path, text);
   const nlohmann::json j = parse_json(std::string_view(text.data(), text.size()), where);
-  check(j.is_object() && j.value("format", "") == "hybridlm-tokens", where,
+  check(j.is_object() && j.contains("format") && j["format"] == "hybridlm-tokens", where,
         ": not an index of hybridlm token files (\"format\": \"hybridlm-tokens\")");
+  // Each key is looked up before it is described: check() evaluates its message arguments eagerly.
   const auto get = [&](const nlohmann::json& o, const char* key, const char* what) -> const nlohmann::json& {
     check(o.is_object() && o.contains(key), where, ": missing \"", key, "\" (", what, ")");
     return o[key];
   };
-  check(get(j, "version", "the format version") == 1, where, ": version ", json_brief(j["version"]),
-        " (this build reads version 1)");
+  const nlohmann::json& version = get(j, "version", "the format version");
+  check(version == 1, where, ": version ", json_brief(version), " (this build reads version 1)");
   TokenIndex ix;
   const nlohmann::json& dtype = get(j, "dtype", "uint16 or uint32");
   check(dtype == "uint16" || dtype == "uint32", where, ": dtype ", json_brief(dtype), ": expected uint16 or uint32");
   ix.width = dtype == "uint16" ? 2 : 4;
-  check(j.value("byte_order", "little") == "little", where, ": byte_order ", json_brief(j["byte_order"]),
-        ": expected little");
+  if (j.contains("byte_order"))
+    check(j["byte_order"] == "little", where, ": byte_order ", json_brief(j["byte_order"]), ": expected little");
   const nlohmann::json& vocab = get(j, "vocab_size", "the tokenizer's vocabulary");
   check(vocab.is_number_integer() && vocab.get<int64_t>() > 0, where, ": vocab_size ", json_brief(vocab),
         ": expected a positive integer");

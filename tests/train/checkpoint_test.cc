@@ -188,6 +188,10 @@ TEST_F(CheckpointTest, RefusesNamesOutsideTheDirectory) {
 TEST_F(CheckpointTest, TrainerStateErrorsAndLatest) {
   EXPECT_EQ(error_of([] { parse_trainer_state("{\"format\": \"x\"}", "s.json"); }),
             "s.json: not a trainer state (\"format\": \"hybridlm-trainer-state\")");
+  EXPECT_EQ(error_of([] { parse_trainer_state("{\"format\": 5}", "s.json"); }),
+            "s.json: not a trainer state (\"format\": \"hybridlm-trainer-state\")");
+  EXPECT_EQ(error_of([] { parse_trainer_state(R"({"format": "hybridlm-trainer-state"})", "s.json"); }),
+            "s.json: version missing (this build reads version 1)");
   EXPECT_EQ(error_of([] {
               parse_trainer_state(R"({"format": "hybridlm-trainer-state", "version": 1, "step": -3})", "s.json");
             }),

@@ -92,6 +92,12 @@ TEST_F(TokenData, Errors) {
   testing::write_file(dir_ / "index.json", R"({"format": "hybridlm-tokens", "version": 1, "dtype": "int8"})");
   EXPECT_EQ(error_of([&] { TokenFile::open(dir_ / "train.bin", 16); }),
             d + "/index.json: dtype \"int8\": expected uint16 or uint32");
+  testing::write_file(dir_ / "index.json", R"({"format": 5})");
+  EXPECT_EQ(error_of([&] { TokenFile::open(dir_ / "train.bin", 16); }),
+            d + "/index.json: not an index of hybridlm token files (\"format\": \"hybridlm-tokens\")");
+  testing::write_file(dir_ / "index.json", R"({"format": "hybridlm-tokens"})");
+  EXPECT_EQ(error_of([&] { TokenFile::open(dir_ / "train.bin", 16); }),
+            d + "/index.json: missing \"version\" (the format version)");
   testing::write_file(dir_ / "index.json", "{");
   EXPECT_THAT(error_of([&] { TokenFile::open(dir_ / "train.bin", 16); }), HasSubstr("index.json: malformed JSON"));
   fs::remove(dir_ / "index.json");
