@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdlib>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -54,6 +55,9 @@ std::string model_dir_of(std::string path) {
 
 void check_model_path(const std::string& dir) {
   std::error_code ec;
+  if (dir == default_model_dir())
+    check(std::filesystem::exists(std::filesystem::path(dir) / "config.json", ec), "no -m given, and the default model ",
+          dir, " is missing (a clone of the repository has it; or give -m DIR)");
   check(std::filesystem::exists(dir, ec), "-m ", dir, ": no such file or directory");
 }
 
@@ -150,11 +154,21 @@ class LoadReport {
 
 }  // namespace
 
-void ModelFlags::add(CLI::App* app, bool with_threads) {
+std::string default_model_dir() {
+  if (const char* env = std::getenv("HYBRIDLM_DEFAULT_MODEL"); env && *env) return env;
+  return HYBRIDLM_DEFAULT_MODEL_DIR;
+}
+
+void ModelFlags::add(CLI::App* app, bool with_threads, bool default_model) {
   // A file inside the model directory (model.safetensors, config.json) stands for the directory.
-  app->add_option("-m,--model", dir, "model directory (config.json, *.safetensors, tokenizer.json), or a file in it")
-      ->required()
-      ->transform(model_dir_of, "", "");
+  CLI::Option* m =
+      app->add_option("-m,--model", dir,
+                      default_model ? "model directory (config.json, *.safetensors, tokenizer.json), or a file in "
+                                      "it; default: the shipped model, " + default_model_dir()
+                                    : "model directory (config.json, *.safetensors, tokenizer.json), or a file in it")
+          ->transform(model_dir_of, "", "");
+  if (default_model) dir = default_model_dir();
+  else m->required();
   app->add_option("--dtype", dtype,
                   "weights in memory: auto (the checkpoint's: bf16 stays bf16, f16 loads as bf16, f32 as f32), "
                   "f32, bf16 or q8_0 (int8 blocks of 32, converted at load)")

@@ -55,12 +55,17 @@ struct ModelFlags {
   // --verbose: also a line per checkpoint tensor and progress however fast the load.
   bool quiet = false, verbose = false;
 
-  void add(CLI::App* app, bool with_threads = true);
+  // default_model: -m may be left out, for the shipped model (default_model_dir()).
+  void add(CLI::App* app, bool with_threads = true, bool default_model = false);
   // The flags as EngineOptions, checked (the model path first, then every value); --dtype auto
   // resolved from the checkpoint's headers. Warns on stderr of --threads above the CPUs there
   // are. The options report loading on stderr as --quiet / --verbose say.
   EngineOptions options() const;
 };
+
+// The model `generate` runs without -m: $HYBRIDLM_DEFAULT_MODEL, else the repository's
+// models/default (trained by this engine: scripts/train_default_model.sh).
+std::string default_model_dir();
 
 // A checkpoint dtype in the CLI's spelling: "BF16" (safetensors) -> "bf16".
 std::string lower_dtype(DType t);

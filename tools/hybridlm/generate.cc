@@ -192,7 +192,7 @@ int cmd_generate(const Flags& f) {
 Subcommand add_generate(CLI::App& parent) {
   auto f = std::make_shared<Flags>();
   CLI::App* gen = parent.add_subcommand("generate", "generate text from a prompt, streamed to stdout");
-  f->model.add(gen);
+  f->model.add(gen, true, true);
   SamplingParams& sp = f->gopt.sampling;
   CLI::Option_group* source = gen->add_option_group("prompt", "the prompt: one of");
   source->add_option("-p,--prompt", f->prompt, "prompt text");
