@@ -22,7 +22,12 @@ int cmd_train(const TrainFlags& f) {
   mallopt(M_MMAP_THRESHOLD, 1 << 30);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
   Dist dist(nullptr, nullptr);
-  run_training(load_train_config(f.config), f.run, dist);
+  try {
+    run_training(load_train_config(f.config), f.run, dist);
+  } catch (const std::exception& e) {
+    if (dist.size() > 1) dist.abort_all(e.what());  // the other ranks may wait in a collective
+    throw;
+  }
   return 0;
 }
 
