@@ -5,7 +5,8 @@ JOBS ?= $(shell nproc)
 export CCACHE_BASEDIR := $(CURDIR)
 # Sanitizer and fuzz builds: light optimisation and line tables only (they exist to find bugs).
 SAN_FLAGS = -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE="-O1 -g1" -DCMAKE_C_FLAGS_RELEASE="-O1 -g1"
-DEMO ?= models/demo-mamba2
+# The model `make run` generates from: the one this engine trained (scripts/train_default_model.sh).
+DEFAULT_MODEL ?= models/default
 
 .PHONY: setup build run test test-sanitize fuzz-smoke test-aarch64 ci bench clean
 
@@ -16,13 +17,9 @@ build: setup
 	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release
 	cmake --build $(BUILD) -j $(JOBS)
 
-$(DEMO)/config.json:
-	/usr/bin/python3 tools/make_test_checkpoint.py --preset mamba2-tiny --seed 1 --tokenizer tests/data/tokenizers/gpt-neox-20b/tokenizer.json --out $(DEMO)
-
-run: build $(DEMO)/config.json
-	@echo "NOTE: $(DEMO) holds RANDOM weights (no trained model ships yet); the text below is noise."
-	$(BUILD)/hybridlm inspect -m $(DEMO)
-	$(BUILD)/hybridlm generate -m $(DEMO) -p "The history of state space models" -n 48 --seed 1
+run: build
+	$(BUILD)/hybridlm inspect -m $(DEFAULT_MODEL)
+	$(BUILD)/hybridlm generate -m $(DEFAULT_MODEL) -p "And God said" -n 48 --seed 1 --temp 0.7
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)

@@ -142,20 +142,23 @@ CASES = [
      ["--preset", "hybridlm-tiny", "--dtype", "bf16", "--set", 'block_pattern=["m", "t"]',
       "--set", 'attention={"num_heads": 2, "num_kv_heads": 2, "bias": true}',
       "--set", 'mlp={"intermediate_size": 80, "activation": "gelu"}'], 33),
+    # The shipped model (models/default, trained by this engine; bf16 weights widened exactly).
+    ("models/default (trained here)", None, 70, {"dir": os.path.join(HERE, "..", "..", "models", "default")}),
 ]
 
 
 def run_case(index, name, args, T, binary, scratch, extra=None):
     """Returns (passed, one-line detail)."""
     extra = extra or {}
-    d = os.path.join(scratch, "case%02d" % index)
-    make_test_checkpoint.main(["--out", d, "--seed", str(index)] + args)
+    d = extra.get("dir") or os.path.join(scratch, "case%02d" % index)
+    if args is not None:
+        make_test_checkpoint.main(["--out", d, "--seed", str(index)] + args)
     model = hybrid_ref.load_model(d)
     rng = np.random.default_rng(1000 + index)
     ids = rng.integers(0, model.vocab, T)
     ids[rng.integers(0, T)] = model.vocab - 1   # the ends of the vocab range
     ids[rng.integers(0, T)] = 0
-    out = os.path.join(d, "logits.npy")
+    out = os.path.join(scratch, "logits%02d.npy" % index)  # never inside a model directory given as is
     # The KV cache and the weights in f32 (the engine defaults to bf16 KV and --dtype auto): TOL is
     # for the exact computation; a case may ask for another --kv-dtype or --dtype.
     engine_flags = extra.get("engine", [])

@@ -14,8 +14,10 @@ neox = os.path.join(data, "tokenizers", "gpt-neox-20b", "tokenizer.json")
 results = []
 
 
-def run(*args, stdin=None, timeout=120):
-    p = subprocess.run([exe, *args], capture_output=True, text=True, timeout=timeout, input=stdin)
+def run(*args, stdin=None, timeout=120, env=None):
+    """env: variables added to this process's environment."""
+    p = subprocess.run([exe, *args], capture_output=True, text=True, timeout=timeout, input=stdin,
+                       env=dict(os.environ, **env) if env else None)
     return p.returncode, p.stdout, p.stderr
 
 

@@ -6,6 +6,7 @@ penalties, -f, -e, --no-display-prompt, -n -1), beam search's -n 0, --num-return
 
 Run as the other CLI tests are (cli_common.py).
 """
+import json
 import os
 import re
 import subprocess
@@ -169,5 +170,21 @@ for name, args in [("generate", ["generate", "-m", m2, "-p", P, "-n", "200", "--
     rc, err = to_dev_full(*args)
     lines = [l for l in err.strip().splitlines() if not l.startswith(REPORT_PREFIXES)]
     check(f"{name} > /dev/full exits 1 with one line", rc == 1 and lines == [full_msg], (rc, err))
+
+# Without -m: the shipped model (models/default, trained by this engine on the KJV). Its text is
+# English: most generated words are whole words of its 4,096-token BPE (random weights give
+# fragments: a word split over several tokens, or none at all).
+rc, out, err = run("generate", "-p", "And God said", "-n", "40", "--seed", "3", "--temp", "0.7")
+with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "models", "default",
+                       "tokenizer.json"), encoding="utf-8") as f:
+    vocab = json.load(f)["model"]["vocab"]
+words = re.findall(r"[A-Za-z]+", out[len("And God said"):])
+whole = [w for w in words if "\u0120" + w in vocab or "\u0120" + w.lower() in vocab]
+check(f"generate without -m: the shipped model writes English ({len(whole)} of {len(words)} words whole)",
+      rc == 0 and out.startswith("And God said") and len(words) >= 15 and len(whole) >= 0.8 * len(words),
+      (rc, out, err[-300:]))
+rc, out, err = run("generate", "-p", "hi", "-n", "2", env={"HYBRIDLM_DEFAULT_MODEL": os.path.join(scratch, "none")})
+check("generate without -m and no default model: one line saying to give -m",
+      rc == 1 and "give -m" in err and len(err.strip().splitlines()) == 1, err)
 
 finish()

@@ -22,6 +22,12 @@ with open(os.path.join(scratch, "prompt.txt"), "w") as f:
 with open(os.path.join(scratch, "text.txt"), "w") as f:
     f.write("First Citizen:\nBefore we proceed any further, hear me speak.\n" * 20)
 
+with open(os.path.join(scratch, "train.yaml"), "w") as f:  # the README's train line, after prepare-data's
+    f.write("model: {block_pattern: [m2, t], hidden_size: 32, ssm: {d_state: 8, head_dim: 16},\n"
+            "        attention: {num_heads: 2}}\n"
+            "tokenizer: tok\ndata: {train: data/train.bin}\nbatch: {sequences: 2, seq_len: 8}\n"
+            "steps: 2\nthreads: 1\nout: run\n")
+
 helps = {}
 
 
@@ -38,7 +44,7 @@ def flags_in(help_text):
 commands = [l for l in block.splitlines() if l.startswith("$B ")]
 check("the example block has a line for every subcommand",
       {shlex.split(l, comments=True)[1] for l in commands} >= {"generate", "score", "perplexity", "tokenize", "inspect", "bench",
-                                                "plan", "train-tokenizer", "prepare-data", "help"}, commands)
+                                                "plan", "train-tokenizer", "prepare-data", "train", "grad", "help"}, commands)
 for line in commands:
     args = shlex.split(line, comments=True)[1:]
     args = [model if a == "DIR" else a for a in args]
@@ -52,7 +58,7 @@ for line in commands:
 
 all_flags = set()
 for sub in ["generate", "score", "perplexity", "tokenize", "inspect", "bench", "plan", "train-tokenizer",
-            "prepare-data"]:
+            "prepare-data", "train", "grad"]:
     all_flags |= flags_in(help_of(sub))
 about_cli = section.split("Make a random-weight checkpoint")[0]  # the rest is about tools/make_test_checkpoint.py
 named = set(re.findall(r"`(-{1,2}[a-z][a-z0-9-]*)", about_cli))
