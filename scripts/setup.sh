@@ -18,6 +18,7 @@ done
 pkgs=(build-essential cmake ninja-build ccache pkg-config
       libpcre2-dev nlohmann-json3-dev libcli11-dev libyaml-cpp-dev libgtest-dev libopenblas-dev libdnnl-dev
       python3 python3-numpy
+      python3-torch  # benchmark only: bench/train_bench.py
       clang libclang-rt-14-dev  # OpenBLAS, oneDNN: only bench/gemm_bench.cc (the GEMM comparison). clang + its libFuzzer/sanitizer runtimes: scripts/fuzz.sh
       bible-kjv  # the KJV text the default model is trained on (scripts/train_default_model.sh)
       libopenmpi-dev openmpi-bin)  # Open MPI: data-parallel training (optional component; not in the aarch64 cross build)
