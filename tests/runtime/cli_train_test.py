@@ -160,4 +160,36 @@ with open(blocker, "w") as f:
     f.write("x")
 cfg_nw, _ = write_yaml("bad_unwritable", RUN, out=os.path.join(blocker, "run"))
 expect_error("bad input: run directory not writable", ["train", "--config", cfg_nw], 1, "not_a_dir")
+
+# A full disk: the run directory on a 128 KiB tmpfs (where this user may mount one), else a 64 KiB
+# file-size limit (RLIMIT_FSIZE, SIGXFSZ ignored: the write fails with EFBIG). The first checkpoint
+# (~1.6 MB of f32 weights and optimizer moments) cannot be written: one line, exit 1, no step-*
+# and no .tmp-* directory left.
+full_root = os.path.join(scratch, "full_disk")
+os.makedirs(full_root, exist_ok=True)
+mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=128k", "tmpfs", full_root],
+                         capture_output=True).returncode == 0 if os.geteuid() == 0 else False
+cfg_full, out_full = write_yaml("bad_full_disk", RUN.replace("steps: 50", "steps: 2"),
+                                out=os.path.join(full_root, "run"))
+
+
+def limit_file_size():
+    import resource
+    import signal
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (64 << 10, 64 << 10))
+
+
+try:
+    p = subprocess.run([exe, "train", "--config", cfg_full, "-q"], capture_output=True, text=True, timeout=120,
+                       preexec_fn=None if mounted else limit_file_size)
+    left = os.listdir(out_full) if os.path.isdir(out_full) else []
+    how = "a 128 KiB tmpfs" if mounted else "a 64 KiB file-size limit"
+    check(f"bad input: full disk ({how}): one-line error", p.returncode == 1 and
+          len(p.stderr.strip().splitlines()) == 1 and "write failed" in p.stderr, (p.returncode, p.stderr[-300:]))
+    check("bad input: full disk: no checkpoint written",
+          not [n for n in left if n.startswith("step-") or n.startswith(".tmp")], left)
+finally:
+    if mounted:
+        subprocess.run(["umount", full_root])
 finish()
