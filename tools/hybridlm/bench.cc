@@ -229,13 +229,6 @@ std::string format_count(double n) {
   return buf;
 }
 
-// The model's name: its directory's last component ("/data/mamba2-130m/" -> "mamba2-130m").
-std::string model_name(const std::string& dir) {
-  std::filesystem::path p = std::filesystem::absolute(dir).lexically_normal();
-  if (!p.has_filename()) p = p.parent_path();
-  return p.filename().string();
-}
-
 std::string json_quote(const std::string& s) {
   std::string out = "\"";
   for (unsigned char ch : s) {

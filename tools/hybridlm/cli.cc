@@ -53,6 +53,12 @@ std::string model_dir_of(std::string path) {
   return parent.empty() ? std::string(".") : parent;
 }
 
+std::string model_name(const std::string& dir) {
+  std::filesystem::path p = std::filesystem::absolute(dir).lexically_normal();
+  if (!p.has_filename()) p = p.parent_path();
+  return p.filename().string();
+}
+
 void check_model_path(const std::string& dir) {
   std::error_code ec;
   if (dir == default_model_dir())

@@ -34,6 +34,7 @@ Subcommand add_train_tokenizer(CLI::App& parent);
 Subcommand add_prepare_data(CLI::App& parent);
 Subcommand add_grad(CLI::App& parent);
 Subcommand add_train(CLI::App& parent);
+Subcommand add_serve(CLI::App& parent);
 
 // "1, 2,3" or "[1, 2, 3]" (as tokenize prints them) -> {1, 2, 3}; "[]" -> {}; an item that is not
 // an integer in [0, 2^31) is an Error naming `flag`.
@@ -72,6 +73,8 @@ std::string lower_dtype(DType t);
 // -m's value: a file inside a model directory (DIR/model.safetensors, DIR/config.json) stands for
 // DIR; anything else is kept as given.
 std::string model_dir_of(std::string path);
+// The model's name: its directory's last component ("/data/mamba2-130m/" -> "mamba2-130m").
+std::string model_name(const std::string& dir);
 // -m's path, or an Error naming it when it does not exist (before anything reads the model).
 void check_model_path(const std::string& dir);
 

@@ -110,7 +110,8 @@ int main(int argc, char** argv) {
   const std::vector<Subcommand> subcommands = {add_generate(app), add_score(app),   add_perplexity(app),
                                                add_tokenize(app), add_inspect(app), add_bench(app),
                                                add_plan(app),     add_train_tokenizer(app),
-                                               add_prepare_data(app), add_grad(app), add_train(app)};
+                                               add_prepare_data(app), add_grad(app), add_train(app),
+                                               add_serve(app)};
   // `hybridlm help [SUBCOMMAND]`: the same text as --help.
   std::string help_topic;
   CLI::App* help = app.add_subcommand("help", "print this help, or a subcommand's (hybridlm help generate)");

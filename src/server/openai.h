@@ -1,0 +1,58 @@
+// OpenAI's wire format (docs/serving.md; ../shared/research/openai-api-and-chat-templates.md):
+// request bodies of /v1/completions and /v1/chat/completions checked field by field into
+// generation parameters, and the response objects and stream chunks the official client reads.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "server/scheduler.h"
+
+namespace hybridlm {
+
+// A request the server refuses: the HTTP status and OpenAI's error object.
+struct ApiError {
+  int status = 400;
+  std::string message;
+  std::string type = "invalid_request_error";
+  std::string param;  // the field at fault ("" = null)
+  std::string code;   // "" = null
+};
+[[noreturn]] void throw_api(int status, std::string param, std::string message, std::string code = "");
+// {"error": {"message", "type", "param", "code"}}
+nlohmann::json error_body(const ApiError& e);
+
+struct ApiRequest {
+  bool chat = false;
+  bool stream = false, include_usage = false, echo = false;
+  std::string model;  // as the client named it ("" when absent)
+  // Completions: the prompt as text, or as ids (prompt_ids set, prompt_text empty).
+  std::string prompt_text;
+  std::optional<std::vector<int32_t>> prompt_ids;
+  // Chat: the messages as given (checked), and the tools (null when absent).
+  nlohmann::json messages, tools;
+  std::optional<int> max_tokens;  // absent: completions 16, chat until the context is full
+  int logprobs = -1;  // -1: none; else how many alternatives per token (completions' logprobs, chat's top_logprobs)
+  GenRequest gen;     // everything but the prompt ids and max_tokens
+  bool seed_given = false;
+};
+
+// Parses and checks a request body; throws ApiError (400) naming the field. The model name is
+// checked by the caller (it knows which models it serves).
+ApiRequest parse_request(const std::string& body, bool chat);
+
+// "cmpl-..." / "chatcmpl-..." with 24 random alphanumerics.
+std::string make_id(const char* prefix);
+
+// The logprobs of generated tokens in the two shapes: completions' four parallel arrays, chat's
+// list of {token, logprob, bytes, top_logprobs}. `text_offset0`: the text's length before them.
+nlohmann::json completion_logprobs(const std::vector<TokenLogprob>& lps, const Tokenizer& tok, size_t text_offset0);
+nlohmann::json chat_logprobs(const std::vector<TokenLogprob>& lps, const Tokenizer& tok);
+
+nlohmann::json usage_json(const Usage& u);
+
+}  // namespace hybridlm

@@ -1,0 +1,415 @@
+#include "server/scheduler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "base/error.h"
+
+namespace hybridlm {
+
+using Clock = std::chrono::steady_clock;
+
+// ---- GenHandle ----
+
+void GenHandle::push(GenEvent e) {
+  {
+    std::lock_guard lock(mu_);
+    events_.push_back(std::move(e));
+  }
+  cv_.notify_all();
+}
+
+std::vector<GenEvent> GenHandle::wait(std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mu_);
+  cv_.wait_for(lock, timeout, [&] { return !events_.empty(); });
+  std::vector<GenEvent> out(std::make_move_iterator(events_.begin()), std::make_move_iterator(events_.end()));
+  events_.clear();
+  return out;
+}
+
+Usage GenHandle::usage() const {
+  std::lock_guard lock(mu_);
+  return usage_;
+}
+
+// ---- the scheduler's records ----
+
+struct Scheduler::Choice {
+  Choice(int i, const GenRequest& r, const Tokenizer& tok)
+      : index(i), sampler([&] {
+          SamplingParams p = r.sampling;
+          p.seed += static_cast<uint64_t>(i);
+          return p;
+        }()),
+        stream(tok), stops(r.stop), history(r.prompt) {}
+  int index;
+  int seq = -1;
+  Sampler sampler;
+  StreamDecoder stream;
+  StopMatcher stops;
+  std::vector<int32_t> history;  // prompt and generated tokens
+  int generated = 0;
+  int32_t pending = -1;  // sampled, fed by the next step
+  bool done = false;
+  Clock::time_point last_token;
+  std::vector<TokenLogprob> held_logprobs;  // tokens whose text the stop matcher still holds
+  std::vector<float> logits;
+};
+
+struct Scheduler::Active {
+  GenRequest req;
+  std::shared_ptr<GenHandle> handle;
+  Clock::time_point submitted = Clock::now();
+  int seq = -1;  // the prompt's sequence (choice 0's after the fork)
+  int pos = 0;   // prompt tokens in the cache
+  bool prefilled = false, finished = false;
+  int cached = 0;
+  std::vector<std::unique_ptr<Choice>> choices;
+};
+
+// ---- Scheduler ----
+
+Scheduler::Scheduler(Engine& engine, const Tokenizer& tok, const SchedulerOptions& opt, Metrics& metrics)
+    : engine_(engine),
+      tok_(tok),
+      opt_(opt),
+      metrics_(metrics),
+      slots_(engine.cache().max_sequences()),
+      // Checkpoints pad the embedding past the tokenizer; ids it cannot decode are never sampled.
+      decodable_(std::min<int32_t>(engine.vocab_size(), tok.vocab_size())),
+      eos_id_(tok.eos_id() ? tok.eos_id() : engine.model().config().eos_token_id),
+      prefix_(engine.cache(), opt.prefix_cache_bytes) {
+  check(opt_.step_tokens >= 1, "step tokens must be >= 1, got ", opt_.step_tokens);
+  check(opt_.snapshot_interval >= 0, "--snapshot-interval must be >= 0, got ", opt_.snapshot_interval);
+  check(opt_.max_queue >= 0, "--max-queue must be >= 0, got ", opt_.max_queue);
+  thread_ = std::thread([this] { loop(); });
+}
+
+Scheduler::~Scheduler() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+  for (auto& a : queue_) a->handle->push({GenEvent::Failed, 0, {}, {}, {}, "the server is shutting down"});
+  for (auto& a : running_)
+    if (!a->finished) fail_active(*a, "the server is shutting down");
+}
+
+void Scheduler::validate(const GenRequest& r) const {
+  check(!r.prompt.empty(), "the prompt is empty");
+  check(r.n >= 1 && r.n <= slots_, "n must be in [1, ", slots_, "] (the server's --slots), got ", r.n);
+  check(r.max_tokens >= 0, "max_tokens must be >= 0, got ", r.max_tokens);
+  const int64_t total = static_cast<int64_t>(r.prompt.size()) + r.max_tokens;
+  check(static_cast<int64_t>(r.prompt.size()) < opt_.context, "the prompt (", r.prompt.size(),
+        " tokens) does not fit the context of ", opt_.context, " tokens");
+  check(total <= opt_.context, "the prompt (", r.prompt.size(), " tokens) plus max_tokens ", r.max_tokens,
+        " exceeds the context of ", opt_.context, " tokens");
+  check(r.top_logprobs <= 20, "top_logprobs must be in [0, 20], got ", r.top_logprobs);
+  hybridlm::validate(r.sampling);
+  engine_.model().check_tokens(r.prompt);
+}
+
+std::shared_ptr<GenHandle> Scheduler::submit(GenRequest req) {
+  validate(req);
+  auto a = std::make_unique<Active>();
+  a->req = std::move(req);
+  a->handle = std::make_shared<GenHandle>();
+  auto handle = a->handle;
+  {
+    std::lock_guard lock(mu_);
+    // Room for the queue beyond what can run now: a full server still takes max_queue waiting.
+    if (queue_.size() >= static_cast<size_t>(opt_.max_queue) + static_cast<size_t>(slots_)) return nullptr;
+    queue_.push_back(std::move(a));
+  }
+  cv_.notify_all();
+  return handle;
+}
+
+// Starts `a` when a slot for each of its choices and the KV pages of its prompt are free
+// (cached prefixes are dropped to make room); false leaves it queued.
+bool Scheduler::admit(std::unique_ptr<Active>& a) {
+  HybridCache& cache = engine_.cache();
+  const GenRequest& r = a->req;
+  if (reserved_slots_ + r.n > slots_) return false;
+  if (cache.has_kv()) {
+    const int64_t pages = (static_cast<int64_t>(r.prompt.size()) + cache.block_size() - 1) / cache.block_size() + r.n;
+    while (pages > cache.free_pages() && prefix_.evict_one()) {
+    }
+    if (pages > cache.free_pages()) return false;
+  }
+  a->seq = engine_.new_sequence();
+  reserved_slots_ += r.n;
+  // Never the whole prompt: its last position must run to give the first token's logits.
+  a->cached = a->pos = prefix_.restore_longest(a->seq, r.prompt, static_cast<int>(r.prompt.size()) - 1);
+  if (a->cached > 0) metrics_.prefix_hit(a->cached);
+  metrics_.add_prompt_tokens(static_cast<int64_t>(r.prompt.size()), a->cached);
+  {
+    std::lock_guard lock(a->handle->mu_);
+    a->handle->usage_.prompt_tokens = static_cast<int>(r.prompt.size());
+    a->handle->usage_.cached_tokens = a->cached;
+  }
+  for (int i = 0; i < r.n; ++i) a->choices.push_back(std::make_unique<Choice>(i, r, tok_));
+  return true;
+}
+
+void Scheduler::release(Active& a) {
+  for (auto& c : a.choices)
+    if (c->seq >= 0) {
+      engine_.free_sequence(c->seq);
+      if (c->seq == a.seq) a.seq = -1;
+      c->seq = -1;
+    }
+  if (a.seq >= 0) engine_.free_sequence(a.seq);
+  a.seq = -1;
+  reserved_slots_ -= a.req.n;
+  a.finished = true;
+}
+
+void Scheduler::fail_active(Active& a, const std::string& why) {
+  if (a.finished) return;
+  try {
+    release(a);
+  } catch (const std::exception&) {
+  }
+  a.finished = true;
+  a.handle->push({GenEvent::Failed, 0, {}, {}, {}, why});
+}
+
+void Scheduler::finish_choice(Active& a, Choice& c, const char* reason) {
+  if (c.done) return;
+  c.done = true;
+  std::string text;
+  if (!c.stops.stopped()) {
+    text = c.stops.push(c.stream.flush());
+    text += c.stops.flush();
+  }
+  if (!text.empty() || !c.held_logprobs.empty())
+    a.handle->push({GenEvent::Text, c.index, std::move(text), std::move(c.held_logprobs), {}, {}});
+  a.handle->push({GenEvent::Finish, c.index, {}, {}, reason, {}});
+  if (c.seq >= 0) {
+    // What the sequence holds (prompt and generated tokens but the last, never fed) is the prefix
+    // the next turn of a conversation starts with.
+    const int held = engine_.cache().seq_length(c.seq);
+    if (c.index == 0 && held > 0 && held <= static_cast<int>(c.history.size()))
+      prefix_.insert(c.seq, std::span(c.history).first(static_cast<size_t>(held)));
+    engine_.free_sequence(c.seq);
+    if (c.seq == a.seq) a.seq = -1;
+    c.seq = -1;
+  }
+  if (std::all_of(a.choices.begin(), a.choices.end(), [](const auto& x) { return x->done; })) {
+    reserved_slots_ -= a.req.n;
+    a.finished = true;
+    a.handle->push({GenEvent::Done, 0, {}, {}, {}, {}});
+  }
+}
+
+// Samples the next token of choice c from its logits, reports it, and ends the choice on eos, a
+// stop string, max_tokens or the context.
+void Scheduler::emit_token(Active& a, Choice& c, std::span<float> logits) {
+  const GenRequest& r = a.req;
+  std::fill(logits.begin() + decodable_, logits.end(), -std::numeric_limits<float>::infinity());
+  TokenLogprob lp;
+  std::vector<double> logsm;
+  if (r.top_logprobs >= 0) {  // the model's distribution, before penalties and temperature
+    const float mx = *std::max_element(logits.begin(), logits.end());
+    double sum = 0;
+    for (float x : logits) sum += std::exp(static_cast<double>(x) - mx);
+    const double lse = mx + std::log(sum);
+    logsm.resize(logits.size());
+    for (size_t i = 0; i < logits.size(); ++i) logsm[i] = logits[i] - lse;
+    std::vector<int32_t> idx(logits.size());
+    for (size_t i = 0; i < idx.size(); ++i) idx[i] = static_cast<int32_t>(i);
+    const size_t k = std::min<size_t>(static_cast<size_t>(r.top_logprobs), idx.size());
+    std::partial_sort(idx.begin(), idx.begin() + k, idx.end(),
+                      [&](int32_t x, int32_t y) { return logsm[x] > logsm[y] || (logsm[x] == logsm[y] && x < y); });
+    for (size_t i = 0; i < k; ++i) lp.top.push_back({idx[i], logsm[idx[i]]});
+  }
+  const int32_t next = c.sampler.sample(logits, c.history);
+  const auto now = Clock::now();
+  if (c.generated == 0)
+    metrics_.ttft.observe(std::chrono::duration<double>(now - a.submitted).count());
+  else
+    metrics_.itl.observe(std::chrono::duration<double>(now - c.last_token).count());
+  c.last_token = now;
+  c.history.push_back(next);
+  ++c.generated;
+  metrics_.add_generated_tokens(1);
+  {
+    std::lock_guard lock(a.handle->mu_);
+    ++a.handle->usage_.completion_tokens;
+  }
+  if (r.stop_at_eos && eos_id_ && next == *eos_id_) return finish_choice(a, c, "stop");
+  if (r.top_logprobs >= 0) {
+    lp.id = next;
+    lp.logprob = logsm[static_cast<size_t>(next)];
+    c.held_logprobs.push_back(std::move(lp));
+  }
+  std::string text = c.stops.push(c.stream.push(next));
+  if (!text.empty()) {
+    a.handle->push({GenEvent::Text, c.index, std::move(text), std::move(c.held_logprobs), {}, {}});
+    c.held_logprobs.clear();
+  }
+  if (c.stops.stopped()) return finish_choice(a, c, "stop");
+  if (c.generated >= r.max_tokens || static_cast<int>(c.history.size()) >= opt_.context ||
+      Clock::now() >= r.deadline)
+    return finish_choice(a, c, "length");
+  c.pending = next;
+}
+
+void Scheduler::step_once() {
+  HybridCache& cache = engine_.cache();
+  step_tokens_.clear();
+  step_runs_.clear();
+  step_rows_.clear();
+  struct RowOwner {
+    Active* a;
+    Choice* c;  // null: the last prompt token of a (its first logits)
+  };
+  std::vector<RowOwner> owners;
+  struct PrefillRun {
+    Active* a;
+    int len;
+  };
+  std::vector<PrefillRun> prefills;
+  int budget = opt_.step_tokens;
+  int64_t taken = 0;  // pages this step's runs will take
+  auto reserve_pages = [&](int seq, int64_t tokens) {
+    if (!cache.has_kv()) return true;
+    const int64_t need = cache.pages_needed(seq, tokens);
+    // Cached prefixes hold pages: drop them (least recently used first) before a run waits.
+    while (need > cache.free_pages() - taken && prefix_.evict_one()) {
+    }
+    if (need > cache.free_pages() - taken) return false;
+    taken += need;
+    return true;
+  };
+  // 1. One decode token of every running choice (they never wait behind a prompt).
+  for (auto& a : running_) {
+    if (a->finished || !a->prefilled) continue;
+    for (auto& c : a->choices) {
+      if (c->done) continue;
+      if (!reserve_pages(c->seq, 1)) {
+        finish_choice(*a, *c, "length");  // the KV cache is full: this choice ends here
+        continue;
+      }
+      step_runs_.push_back({c->seq, 1});
+      step_rows_.push_back(static_cast<int>(step_tokens_.size()));
+      step_tokens_.push_back(c->pending);
+      owners.push_back({a.get(), c.get()});
+      --budget;
+    }
+  }
+  // 2. Prefill chunks of admitted prompts, oldest first, within what is left of the budget; a
+  // chunk ends at the next snapshot point so that the state there can be kept.
+  for (auto& a : running_) {
+    if (a->finished || a->prefilled || budget <= 0) continue;
+    const int plen = static_cast<int>(a->req.prompt.size());
+    int len = std::min(plen - a->pos, budget);
+    if (opt_.snapshot_interval > 0) {
+      const int next = (a->pos / opt_.snapshot_interval + 1) * opt_.snapshot_interval;
+      if (next < plen) len = std::min(len, next - a->pos);
+    }
+    if (!reserve_pages(a->seq, len)) continue;  // waits for pages
+    step_runs_.push_back({a->seq, len});
+    step_tokens_.insert(step_tokens_.end(), a->req.prompt.begin() + a->pos, a->req.prompt.begin() + a->pos + len);
+    if (a->pos + len == plen) {
+      step_rows_.push_back(static_cast<int>(step_tokens_.size()) - 1);
+      owners.push_back({a.get(), nullptr});
+    }
+    prefills.push_back({a.get(), len});
+    budget -= len;
+  }
+  if (step_runs_.empty()) return;
+  std::span<const float> logits;
+  try {
+    logits = engine_.step(step_tokens_, step_runs_, step_rows_);
+  } catch (const std::exception& e) {
+    // The step's sequences may be part-advanced (the cache marked them failed): end their requests.
+    for (const RowOwner& o : owners) fail_active(*o.a, std::string("generation failed: ") + e.what());
+    for (const PrefillRun& p : prefills) fail_active(*p.a, std::string("generation failed: ") + e.what());
+    return;
+  }
+  const size_t vocab = static_cast<size_t>(engine_.vocab_size());
+  for (const PrefillRun& p : prefills) {
+    Active& a = *p.a;
+    a.pos += p.len;
+    if (opt_.snapshot_interval > 0 && a.pos % opt_.snapshot_interval == 0 && a.pos < static_cast<int>(a.req.prompt.size()))
+      prefix_.insert(a.seq, std::span(a.req.prompt).first(static_cast<size_t>(a.pos)));
+  }
+  for (size_t i = 0; i < owners.size(); ++i) {
+    Active& a = *owners[i].a;
+    if (a.finished) continue;
+    std::span<const float> row = logits.subspan(i * vocab, vocab);
+    if (owners[i].c) {
+      Choice& c = *owners[i].c;
+      c.logits.assign(row.begin(), row.end());
+      emit_token(a, c, c.logits);
+      continue;
+    }
+    // The prompt is in: every choice starts from its state (forks share the KV pages).
+    a.prefilled = true;
+    for (auto& c : a.choices) {
+      c->seq = c->index == 0 ? a.seq : cache.fork(a.seq);
+      if (a.req.max_tokens == 0) {
+        finish_choice(a, *c, "length");
+        continue;
+      }
+      c->logits.assign(row.begin(), row.end());
+      emit_token(a, *c, c->logits);
+    }
+  }
+}
+
+void Scheduler::loop() {
+  for (;;) {
+    {
+      std::unique_lock lock(mu_);
+      if (running_.empty())
+        cv_.wait_for(lock, std::chrono::milliseconds(100), [&] { return stop_ || !queue_.empty(); });
+      if (stop_) return;
+      // Requests that gave up or timed out while queued leave without running.
+      const auto now = Clock::now();
+      for (auto it = queue_.begin(); it != queue_.end();) {
+        Active& a = **it;
+        if (a.handle->cancelled()) {
+          it = queue_.erase(it);
+        } else if (now >= a.req.deadline) {
+          a.handle->push({GenEvent::Failed, 0, {}, {}, {}, "the request timed out waiting for a free slot"});
+          it = queue_.erase(it);
+        } else {
+          ++it;
+        }
+      }
+      // Admission in arrival order: the first that does not fit waits, and so do those behind it.
+      while (!queue_.empty()) {
+        bool ok = false;
+        try {
+          ok = admit(queue_.front());
+        } catch (const std::exception& e) {
+          queue_.front()->handle->push({GenEvent::Failed, 0, {}, {}, {}, e.what()});
+          queue_.pop_front();
+          continue;
+        }
+        if (!ok) break;
+        running_.push_back(std::move(queue_.front()));
+        queue_.pop_front();
+      }
+      metrics_.set_gauges(static_cast<int>(queue_.size()), reserved_slots_, slots_,
+                          engine_.cache().total_pages() - engine_.cache().free_pages(), engine_.cache().total_pages(),
+                          prefix_.bytes(), prefix_.entries());
+    }
+    // A client that went away frees its slot before the next step.
+    for (auto& a : running_)
+      if (!a->finished && a->handle->cancelled()) {
+        release(*a);
+        a->handle->push({GenEvent::Done, 0, {}, {}, {}, {}});
+      }
+    step_once();
+    std::erase_if(running_, [](const auto& a) { return a->finished; });
+  }
+}
+
+}  // namespace hybridlm
