@@ -17,6 +17,7 @@ done
 
 pkgs=(build-essential cmake ninja-build ccache pkg-config
       libpcre2-dev nlohmann-json3-dev libcli11-dev libyaml-cpp-dev libgtest-dev libopenblas-dev libdnnl-dev
+      libcpp-httplib-dev  # hybridlm serve's HTTP layer (src/server/http_server.cc)
       python3 python3-numpy
       python3-torch  # benchmark only: bench/train_bench.py
       clang libclang-rt-14-dev  # OpenBLAS, oneDNN: only bench/gemm_bench.cc (the GEMM comparison). clang + its libFuzzer/sanitizer runtimes: scripts/fuzz.sh

@@ -120,8 +120,9 @@ std::shared_ptr<GenHandle> Scheduler::submit(GenRequest req) {
   auto handle = a->handle;
   {
     std::lock_guard lock(mu_);
-    // Room for the queue beyond what can run now: a full server still takes max_queue waiting.
-    if (queue_.size() >= static_cast<size_t>(opt_.max_queue) + static_cast<size_t>(slots_)) return nullptr;
+    // max_queue may wait beyond those that free slots will take at the next admission.
+    const int free_slots = std::max(0, slots_ - slots_held_.load());
+    if (queue_.size() >= static_cast<size_t>(opt_.max_queue + free_slots)) return nullptr;
     queue_.push_back(std::move(a));
   }
   cv_.notify_all();
@@ -133,7 +134,7 @@ std::shared_ptr<GenHandle> Scheduler::submit(GenRequest req) {
 bool Scheduler::admit(std::unique_ptr<Active>& a) {
   HybridCache& cache = engine_.cache();
   const GenRequest& r = a->req;
-  if (reserved_slots_ + r.n > slots_) return false;
+  if (slots_held_ + r.n > slots_) return false;
   if (cache.has_kv()) {
     const int64_t pages = (static_cast<int64_t>(r.prompt.size()) + cache.block_size() - 1) / cache.block_size() + r.n;
     while (pages > cache.free_pages() && prefix_.evict_one()) {
@@ -141,7 +142,7 @@ bool Scheduler::admit(std::unique_ptr<Active>& a) {
     if (pages > cache.free_pages()) return false;
   }
   a->seq = engine_.new_sequence();
-  reserved_slots_ += r.n;
+  slots_held_ += r.n;
   // Never the whole prompt: its last position must run to give the first token's logits.
   a->cached = a->pos = prefix_.restore_longest(a->seq, r.prompt, static_cast<int>(r.prompt.size()) - 1);
   if (a->cached > 0) metrics_.prefix_hit(a->cached);
@@ -164,7 +165,7 @@ void Scheduler::release(Active& a) {
     }
   if (a.seq >= 0) engine_.free_sequence(a.seq);
   a.seq = -1;
-  reserved_slots_ -= a.req.n;
+  slots_held_ -= a.req.n;
   a.finished = true;
 }
 
@@ -200,7 +201,7 @@ void Scheduler::finish_choice(Active& a, Choice& c, const char* reason) {
     c.seq = -1;
   }
   if (std::all_of(a.choices.begin(), a.choices.end(), [](const auto& x) { return x->done; })) {
-    reserved_slots_ -= a.req.n;
+    slots_held_ -= a.req.n;
     a.finished = true;
     a.handle->push({GenEvent::Done, 0, {}, {}, {}, {}});
   }
@@ -397,7 +398,7 @@ void Scheduler::loop() {
         running_.push_back(std::move(queue_.front()));
         queue_.pop_front();
       }
-      metrics_.set_gauges(static_cast<int>(queue_.size()), reserved_slots_, slots_,
+      metrics_.set_gauges(static_cast<int>(queue_.size()), slots_held_, slots_,
                           engine_.cache().total_pages() - engine_.cache().free_pages(), engine_.cache().total_pages(),
                           prefix_.bytes(), prefix_.entries());
     }

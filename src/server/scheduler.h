@@ -121,10 +121,10 @@ class Scheduler {
   std::condition_variable cv_;
   std::deque<std::unique_ptr<Active>> queue_;
   bool stop_ = false;
+  std::atomic<int> slots_held_{0};  // slots of running requests (n each); written by the loop only
 
   // The scheduler thread's own.
   std::vector<std::unique_ptr<Active>> running_;
-  int reserved_slots_ = 0;
   std::vector<int32_t> step_tokens_;
   std::vector<BatchRun> step_runs_;
   std::vector<int> step_rows_;
