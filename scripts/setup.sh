@@ -54,3 +54,9 @@ if [ ! -d tests/tokenizer/node_modules/@huggingface/tokenizers ]; then
   echo "setup: npm install in tests/tokenizer"
   (cd tests/tokenizer && npm install --no-audit --no-fund --silent)
 fi
+
+# The official OpenAI client (npm, pinned in tests/server/package.json) that the server tests drive.
+if [ ! -d tests/server/node_modules/openai ]; then
+  echo "setup: npm install in tests/server"
+  (cd tests/server && npm install --no-audit --no-fund --silent)
+fi

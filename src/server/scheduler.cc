@@ -350,8 +350,11 @@ void Scheduler::step_once() {
       emit_token(a, c, c.logits);
       continue;
     }
-    // The prompt is in: every choice starts from its state (forks share the KV pages).
+    // The prompt is in: kept for the next turn of a conversation (whose prompt starts with this
+    // one even when the answer re-tokenizes differently), then every choice starts from its
+    // state (forks share the KV pages).
     a.prefilled = true;
+    prefix_.insert(a.seq, a.req.prompt);
     for (auto& c : a.choices) {
       c->seq = c->index == 0 ? a.seq : cache.fork(a.seq);
       if (a.req.max_tokens == 0) {
