@@ -5,6 +5,8 @@ import os
 import re
 import shlex
 import subprocess
+import time
+import urllib.request
 
 from cli_common import check, exe, finish, make_model, scratch, start
 
@@ -44,7 +46,8 @@ def flags_in(help_text):
 commands = [l for l in block.splitlines() if l.startswith("$B ")]
 check("the example block has a line for every subcommand",
       {shlex.split(l, comments=True)[1] for l in commands} >= {"generate", "score", "perplexity", "tokenize", "inspect", "bench",
-                                                "plan", "train-tokenizer", "prepare-data", "train", "grad", "help"}, commands)
+                                                "plan", "train-tokenizer", "prepare-data", "train", "grad", "serve",
+                                                "help"}, commands)
 for line in commands:
     args = shlex.split(line, comments=True)[1:]
     args = [model if a == "DIR" else a for a in args]
@@ -53,12 +56,29 @@ for line in commands:
     used = [a.split("=")[0] for a in args if re.fullmatch(r"-{1,2}[a-z][a-z0-9-]*(=.*)?", a)]
     check(f"README `{line[3:60]}`: its flags are in `{sub} --help`", all(u in known for u in used),
           [u for u in used if u not in known])
+    if sub == "serve":  # runs until stopped: it must come up (on any free port) and answer /health
+        args = ["0" if a == "8080" else a for a in args]
+        proc = subprocess.Popen([exe, *args], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, cwd=scratch)
+        ready, port, deadline = False, None, time.time() + 60
+        while time.time() < deadline:
+            l = proc.stderr.readline()
+            if not l:
+                break
+            m = re.search(r"listening on http://[\d.]+:(\d+)", l)
+            port = int(m.group(1)) if m else port
+            if "serve: ready" in l:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=30) as r:
+                    ready = r.status == 200
+                break
+        proc.terminate()
+        check(f"README `{line[3:60]}` runs and answers /health", ready and proc.wait(timeout=30) == 0)
+        continue
     p = subprocess.run([exe, *args], capture_output=True, text=True, timeout=300, cwd=scratch)
     check(f"README `{line[3:60]}` runs", p.returncode == 0, p.stderr[-400:])
 
 all_flags = set()
 for sub in ["generate", "score", "perplexity", "tokenize", "inspect", "bench", "plan", "train-tokenizer",
-            "prepare-data", "train", "grad"]:
+            "prepare-data", "train", "grad", "serve"]:
     all_flags |= flags_in(help_of(sub))
 about_cli = section.split("Make a random-weight checkpoint")[0]  # the rest is about tools/make_test_checkpoint.py
 named = set(re.findall(r"`(-{1,2}[a-z][a-z0-9-]*)", about_cli))
