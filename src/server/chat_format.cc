@@ -31,7 +31,10 @@ std::string render_plain_chat(const json& messages) {
     std::string role = m.value("role", "user");
     if (role == "developer") role = "system";
     if (!role.empty()) role[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(role[0])));
-    out += role + ": " + content_text(m) + "\n";
+    std::string text = content_text(m);
+    const size_t b = text.find_first_not_of(" \t\n\r"), e = text.find_last_not_of(" \t\n\r");
+    text = b == std::string::npos ? std::string() : text.substr(b, e - b + 1);
+    out += role + ": " + text + "\n";
   }
   return out + "Assistant:";
 }

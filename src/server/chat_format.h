@@ -35,7 +35,8 @@ class ChatFormat {
 };
 
 // The plain format of a model without a template: "System: ...\n", "User: ...\n", "Assistant: ...\n"
-// one message a line (content parts joined with "\n"), then "Assistant:".
+// one message a line (content parts joined with "\n", surrounding whitespace trimmed), then
+// "Assistant:".
 std::string render_plain_chat(const nlohmann::json& messages);
 
 }  // namespace hybridlm

@@ -187,4 +187,17 @@ rc, out, err = run("generate", "-p", "hi", "-n", "2", env={"HYBRIDLM_DEFAULT_MOD
 check("generate without -m and no default model: one line saying to give -m",
       rc == 1 and "give -m" in err and len(err.strip().splitlines()) == 1, err)
 
+# chat: each line a user turn on the plain chat format (no template in this model), greedy; the
+# first answer is generate's on the rendered prompt, and turn 2 reuses turn 1 (prompt + answer).
+rc, out, err = run("chat", "-m", jamba, "-n", "6", "--temp", "0", "-t", "2", stdin="Hello there\nAnd then?\n")
+turns = re.findall(r"turn (\d): (\d+) prompt tokens \((\d+) reused\), (\d+) generated", err)
+check("chat: two turns from two lines of input, an answer line each",
+      rc == 0 and len(turns) == 2 and len(out.splitlines()) == 2, (rc, out, err[-300:]))
+rc2, first, err2 = run("generate", "-m", jamba, "-e", "-p", "User: Hello there\\nAssistant:", "-n", "6", "--temp", "0",
+                       "--no-display-prompt", "--quiet", "-t", "2")
+check("chat: the first answer is generate's on the rendered prompt", rc == rc2 == 0 and
+      out.splitlines()[0] == first.rstrip("\n"), (out, first, err2))
+check("chat: the second turn reuses the first turn's tokens",
+      len(turns) == 2 and int(turns[1][2]) >= int(turns[0][1]), turns)
+
 finish()

@@ -35,6 +35,7 @@ Subcommand add_prepare_data(CLI::App& parent);
 Subcommand add_grad(CLI::App& parent);
 Subcommand add_train(CLI::App& parent);
 Subcommand add_serve(CLI::App& parent);
+Subcommand add_chat(CLI::App& parent);
 
 // "1, 2,3" or "[1, 2, 3]" (as tokenize prints them) -> {1, 2, 3}; "[]" -> {}; an item that is not
 // an integer in [0, 2^31) is an Error naming `flag`.

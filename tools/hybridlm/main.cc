@@ -111,7 +111,7 @@ int main(int argc, char** argv) {
                                                add_tokenize(app), add_inspect(app), add_bench(app),
                                                add_plan(app),     add_train_tokenizer(app),
                                                add_prepare_data(app), add_grad(app), add_train(app),
-                                               add_serve(app)};
+                                               add_serve(app), add_chat(app)};
   // `hybridlm help [SUBCOMMAND]`: the same text as --help.
   std::string help_topic;
   CLI::App* help = app.add_subcommand("help", "print this help, or a subcommand's (hybridlm help generate)");
