@@ -73,12 +73,12 @@ for line in commands:
         proc.terminate()
         check(f"README `{line[3:60]}` runs and answers /health", ready and proc.wait(timeout=30) == 0)
         continue
-    p = subprocess.run([exe, *args], capture_output=True, text=True, timeout=300, cwd=scratch)
+    p = subprocess.run([exe, *args], capture_output=True, text=True, timeout=300, cwd=scratch, stdin=subprocess.DEVNULL)
     check(f"README `{line[3:60]}` runs", p.returncode == 0, p.stderr[-400:])
 
 all_flags = set()
 for sub in ["generate", "score", "perplexity", "tokenize", "inspect", "bench", "plan", "train-tokenizer",
-            "prepare-data", "train", "grad", "serve"]:
+            "prepare-data", "train", "grad", "serve", "chat"]:
     all_flags |= flags_in(help_of(sub))
 about_cli = section.split("Make a random-weight checkpoint")[0]  # the rest is about tools/make_test_checkpoint.py
 named = set(re.findall(r"`(-{1,2}[a-z][a-z0-9-]*)", about_cli))
