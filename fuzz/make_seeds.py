@@ -105,4 +105,19 @@ put("fuzz_decode", "partial_utf8", struct.pack("<3i", 9468, 232, 253))  # byte-l
 put("fuzz_npy", "shapes", bytes([2, 3, 4]))
 put("fuzz_npy", "scalar", bytes([0]))
 put("fuzz_npy", "negative", bytes([3, 2, 0xff, 1]))
+requests = [
+    {"model": "m", "prompt": "Hello", "max_tokens": 16, "temperature": 0.7, "top_p": 0.9, "stop": ["\n", "END"],
+     "n": 2, "logprobs": 3, "seed": 42, "stream": True, "stream_options": {"include_usage": True}},
+    {"prompt": [1, 2, 3], "echo": True, "presence_penalty": 1.5, "frequency_penalty": -0.5, "top_k": 40, "min_p": 0.1},
+    {"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": [{"type": "text", "text": "hi"}]},
+                  {"role": "assistant", "content": None, "tool_calls": [{"id": "c", "type": "function",
+                                                                         "function": {"name": "f", "arguments": "{}"}}]},
+                  {"role": "tool", "content": "42", "tool_call_id": "c"}],
+     "max_completion_tokens": 8, "logprobs": True, "top_logprobs": 5, "tools": [{"type": "function",
+                                                                                 "function": {"name": "f"}}]},
+    {"prompt": ["one"], "max_tokens": 5.0, "repetition_penalty": 1.1, "ignore_eos": True, "response_format": {"type": "text"}},
+]
+for i, r in enumerate(requests):
+    put("fuzz_request", "request%d" % i, json.dumps(r))
+put("fuzz_request", "broken", '{"prompt": "x", "max_tokens": ')
 print("seeds written to", out)

@@ -11,7 +11,7 @@ secs=${1:-60}
 shift || true
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(fuzz_safetensors fuzz_index fuzz_config fuzz_tokenizer_load
-                                      fuzz_tokenizer_encode fuzz_decode fuzz_npy)
+                                      fuzz_tokenizer_encode fuzz_decode fuzz_npy fuzz_request)
 command -v clang++ >/dev/null || { echo "fuzz.sh: clang++ not found (apt-get install clang)"; exit 1; }
 export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$(pwd)}
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE="-O1 -g1" \

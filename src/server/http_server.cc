@@ -151,7 +151,8 @@ void HttpServer::Impl::routes() {
   svr.Get(R"(/v1/models/(.+))", [this](const httplib::Request& req, httplib::Response& res) {
     auto m = served();
     const std::string id = req.matches[1];
-    if (!m || id != m->id) return finish(res, make_error(404, "model '" + id + "' does not exist", "model", "model_not_found"));
+    if (!m || id != m->id)
+      return finish(res, make_error(404, "model " + dump(json(id)) + " does not exist", "model", "model_not_found"));
     send_json(res, 200, {{"id", m->id}, {"object", "model"}, {"created", 0}, {"owned_by", "hybridlm"}});
     metrics.request_done(200);
   });
@@ -169,7 +170,7 @@ void HttpServer::Impl::generate(const httplib::Request& req, httplib::Response& 
   try {
     ar = parse_request(req.body, chat);
     if (!ar.model.empty() && ar.model != m->id)
-      throw_api(404, "model", "model '" + ar.model + "' does not exist (this server serves '" + m->id + "')",
+      throw_api(404, "model", "model " + dump(json(ar.model)) + " does not exist (this server serves " + dump(json(m->id)) + ")",
                 "model_not_found");
     const char* prompt_field = chat ? "messages" : "prompt";
     try {

@@ -12,6 +12,9 @@ void throw_api(int status, std::string param, std::string message, std::string c
   ApiError e;
   e.status = status;
   e.param = std::move(param);
+  // One line whatever the request held (parse errors quote the bytes they stopped at).
+  for (char& c : message)
+    if (static_cast<unsigned char>(c) < 0x20) c = ' ';
   e.message = std::move(message);
   e.code = std::move(code);
   if (status == 404) e.type = "not_found_error";
@@ -40,7 +43,7 @@ const char* type_name(const json& v) {
 }
 
 [[noreturn]] void bad(const std::string& field, const std::string& what, const json& got) {
-  std::string shown = got.dump();
+  std::string shown = got.dump(-1, ' ', false, json::error_handler_t::replace);
   if (shown.size() > 40) shown = shown.substr(0, 37) + "...";
   throw_api(400, field, field + " must be " + what + ", got " + shown + " (" + type_name(got) + ")");
 }
@@ -140,7 +143,8 @@ void check_messages(const json& body, ApiRequest& r) {
     static const char* kRoles[] = {"system", "developer", "user", "assistant", "tool", "function"};
     if (std::find(std::begin(kRoles), std::end(kRoles), rs) == std::end(kRoles))
       throw_api(400, at + ".role",
-                at + ".role must be one of system, developer, user, assistant, tool, function; got \"" + rs + "\"");
+                at + ".role must be one of system, developer, user, assistant, tool, function; got " +
+                    role->dump(-1, ' ', false, json::error_handler_t::replace));
     const json* content = field(msg, "content");
     if (!content) {
       if (rs != "assistant" || !field(msg, "tool_calls"))
