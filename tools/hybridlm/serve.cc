@@ -8,6 +8,7 @@
 #include "base/error.h"
 #include "models/plan.h"
 #include "server/chat_format.h"
+#include "server/scheduler.h"
 #if HYBRIDLM_HAVE_HTTP
 #include "server/http_server.h"
 #endif
@@ -35,8 +36,22 @@ struct Flags {
   int batch_tokens = 256;
 };
 
+#if HYBRIDLM_HAVE_HTTP
+// MemAvailable from /proc/meminfo, in bytes (0 when unknown).
+double available_memory_bytes() {
+  std::FILE* f = std::fopen("/proc/meminfo", "r");
+  if (!f) return 0;
+  char line[256];
+  double kb = 0;
+  while (std::fgets(line, sizeof line, f))
+    if (std::sscanf(line, "MemAvailable: %lf kB", &kb) == 1) break;
+  std::fclose(f);
+  return kb * 1024;
+}
+
 volatile std::sig_atomic_t g_stop = 0;
 void on_signal(int) { g_stop = 1; }
+#endif
 
 int cmd_serve(Flags& f) {
 #if !HYBRIDLM_HAVE_HTTP
@@ -72,6 +87,16 @@ int cmd_serve(Flags& f) {
           format_bytes(pages_per_ctx * page), ") + --prefix-cache-mb (", format_bytes(prefix),
           "): lower --slots, --ctx-size or --prefix-cache-mb");
     if (page > 0) pages = std::min<int64_t>(pages, static_cast<int64_t>((budget - weights - prefix - f.slots * state) / page));
+  }
+  // Without --memory: the pool holds --slots x --ctx-size; warn when that plan is more than the
+  // machine has free (a budget fits the pool to memory instead).
+  if (f.memory.empty()) {
+    const double planned = weights + f.slots * state + static_cast<double>(pages) * page + prefix;
+    if (const double avail = available_memory_bytes(); avail > 0 && planned > avail)
+      std::fprintf(stderr,
+                   "warning: serve plans %s (weights, %d slots, KV for %d tokens each, prefix cache) but %s is "
+                   "available: set --memory, or lower --slots, --ctx-size or --prefix-cache-mb\n",
+                   format_bytes(planned).c_str(), f.slots, mf.ctx_size, format_bytes(avail).c_str());
   }
   eo.max_sequences = f.slots;
   eo.context = mf.ctx_size;
