@@ -40,7 +40,7 @@ std::string render_fallback(const nlohmann::json& messages, bool add_generation_
     if (calls != m.end() && calls->is_array()) {
       for (const nlohmann::json& c : *calls) {
         const nlohmann::json& fn = c.is_object() && c.contains("function") ? c["function"] : c;
-        nlohmann::json call = nlohmann::json::object();
+        nlohmann::ordered_json call = nlohmann::ordered_json::object();
         if (fn.is_object()) {
           call["name"] = fn.value("name", nlohmann::json());
           call["arguments"] = fn.value("arguments", nlohmann::json());

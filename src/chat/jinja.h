@@ -30,7 +30,7 @@ struct Limits {
   int max_parse_depth = 100;
   // Nesting when rendering: expressions, statements and macro calls together.
   int max_render_depth = 500;
-  // Iterations of all `for` loops of one render together (also bounds range()).
+  // Iterations of all `for` loops of one render, plus the items range() makes, together.
   int64_t max_loop_iterations = 1'000'000;
   // Size of the rendered text, and of any one string or list built while rendering.
   size_t max_output_bytes = 16 << 20;

@@ -153,16 +153,19 @@ class Lexer {
       }
       if (pos_ >= src_.size()) fail(start_line, kind == '{' ? "unclosed '{{'" : "unclosed '{%'");
       const char c = src_[pos_];
-      // End markers: `}}`, `-}}`, `%}`, `-%}`, `+%}`.
+      // End markers: `}}`, `-}}`, `%}`, `-%}`, `+%}`; as in Jinja2, not while a bracket is
+      // open (`{{ {'a': {'b': 1}} }}`).
       size_t mark = 0;
       char sign = '\0';
-      if (c == close && at(pos_ + 1) == '}') {
+      if (brackets_ > 0) {
+      } else if (c == close && at(pos_ + 1) == '}') {
         mark = 2;
       } else if ((c == '-' || (c == '+' && kind == '%')) && at(pos_ + 1) == close && at(pos_ + 2) == '}') {
         mark = 3;
         sign = c;
       }
       if (mark) {
+        brackets_ = 0;
         out_.push_back({kind == '{' ? Tok::VarEnd : Tok::BlockEnd, "", 0, 0, line_});
         pos_ += mark;
         return after_end(sign == '-', kind == '%' && sign != '+');
@@ -200,6 +203,8 @@ class Lexer {
       }
     }
     if (std::strchr("+-*/%~<>=()[]{},.:|", c) && c != '\0') {
+      if (c == '(' || c == '[' || c == '{') ++brackets_;
+      if ((c == ')' || c == ']' || c == '}') && brackets_ > 0) --brackets_;
       out_.push_back({Tok::Op, std::string(1, c), 0, 0, line});
       ++pos_;
       return;
@@ -308,6 +313,7 @@ class Lexer {
   std::string src_;
   size_t pos_ = 0;
   int line_ = 1;
+  int brackets_ = 0;  // brackets open in the current tag
   std::vector<Token> out_;
 };
 
