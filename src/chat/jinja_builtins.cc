@@ -761,10 +761,8 @@ bool is_global_function(const std::string& name) {
 Value call_global(const BuiltinEnv& env, const std::string& name, const CallArgs& args) {
   if (name == "raise_exception") {
     const Value* m = arg(args, 0, "message");
-    std::string msg = m ? text_of(*m) : "raise_exception() called";
-    for (char& c : msg)
-      if (c == '\n' || c == '\r') c = ' ';
-    throw Error(msg);
+    // The renderer writes control characters of the message as \n, \xNN (one line).
+    throw Error(m ? text_of(*m) : "raise_exception() called");
   }
   if (name == "strftime_now") {
     check_args(args, 1, {}, "strftime_now()");

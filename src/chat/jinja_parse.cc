@@ -31,7 +31,7 @@ struct Token {
 };
 
 [[noreturn]] void fail(int line, const std::string& msg) {
-  throw Error("chat template line " + std::to_string(line) + ": " + msg);
+  throw Error(one_line("chat template line " + std::to_string(line) + ": " + msg));
 }
 
 bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }

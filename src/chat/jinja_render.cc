@@ -67,7 +67,7 @@ class Renderer {
       try {
         scopes_[0].vars.emplace_back(it.key(), from_json(it.value()));
       } catch (const Error& e) {
-        throw Error("chat template context '" + it.key() + "': " + e.what());
+        throw Error(one_line("chat template context '" + it.key() + "': " + e.what()));
       }
     }
     std::string out;
@@ -91,7 +91,7 @@ class Renderer {
   };
 
   [[noreturn]] void fail(int line, const std::string& msg) const {
-    throw LocatedError("chat template line " + std::to_string(line) + ": " + msg);
+    throw LocatedError(one_line("chat template line " + std::to_string(line) + ": " + msg));
   }
 
   // Runs f, giving an Error without a line the line of the node it came from.

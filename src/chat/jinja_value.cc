@@ -386,6 +386,24 @@ bool equals(const Value& a, const Value& b) {
   return false;
 }
 
+std::string one_line(const std::string& msg) {
+  std::string out;
+  for (unsigned char c : msg) {
+    if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\r') {
+      out += "\\r";
+    } else if (c < 0x20 || c == 0x7f) {
+      char b[8];
+      std::snprintf(b, sizeof b, "\\x%02x", c);
+      out += b;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out;
+}
+
 std::vector<std::string> utf8_chars(const std::string& s) {
   std::vector<std::string> out;
   size_t i = 0;

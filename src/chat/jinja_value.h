@@ -122,6 +122,10 @@ std::string to_json_text(const Value& v, const JsonStyle& style);
 // Python ==: numbers by value (True == 1), containers element by element.
 bool equals(const Value& a, const Value& b);
 
+// An error message on one line: newlines and other control characters (which a template can put
+// into names it quotes) written as \n, \r, \xNN.
+std::string one_line(const std::string& msg);
+
 // UTF-8 helpers: strings index, slice and count by code point, as Python's str does.
 std::vector<std::string> utf8_chars(const std::string& s);
 size_t utf8_length(const std::string& s);

@@ -391,7 +391,8 @@ TEST(JinjaErrors, RenderErrorsNameTheLine) {
   EXPECT_ERROR("{% set ns = namespace() %}{% set ns.me = ns %}", ordered_json::object(),
                "a namespace attribute cannot hold a namespace");
   // A raise_exception message with a newline still gives one line.
-  EXPECT_ERROR("{{ raise_exception('a\\nb') }}", ordered_json::object(), "a b");
+  EXPECT_ERROR("{{ raise_exception('a\\nb') }}", ordered_json::object(), "a\\nb");
+  EXPECT_ERROR("{{ [1] | select('x\\ny') | list }}", ordered_json::object(), "unknown test 'x\\ny'");
 }
 
 // ---- limits
