@@ -120,4 +120,24 @@ requests = [
 for i, r in enumerate(requests):
     put("fuzz_request", "request%d" % i, json.dumps(r))
 put("fuzz_request", "broken", '{"prompt": "x", "max_tokens": ')
+# Chat templates: the real ones (tests/data/chat_templates), the feature template of the
+# cross-check, and short snippets of each construct.
+here = os.path.dirname(os.path.abspath(__file__))
+for d in [os.path.join(here, "..", "tests", "data", "chat_templates"), os.path.join(here, "..", "tests", "chat")]:
+    for name in sorted(os.listdir(d)):
+        if name.endswith(".jinja"):
+            with open(os.path.join(d, name), "rb") as f:
+                put("fuzz_template", name[:-len(".jinja")], f.read())
+snippets = [
+    "{% for m in messages %}{{ loop.index0 }}{{ m.role | upper }}{% else %}none{% endfor %}",
+    "{%- set ns = namespace(x=0) -%}{%- for m in messages[::-1] if m.content -%}{%- set ns.x = ns.x + 1 -%}{%- endfor -%}{{ ns.x }}",
+    "{% macro f(a, b='x') %}{{ a ~ b }}{% endmacro %}{{ f(1) }}{{ f(*[1, 2]) }}",
+    "{{ tools | tojson(indent=2) }}{{ messages[2].tool_calls | map(attribute='function') | list | tojson }}",
+    "{{ 'a,b'.split(',') | join('|') }}{{ ' x '.strip() }}{{ 'x' if n is number else 'y' }}{{ f // 1 }}{{ n ** 3 % 7 }}",
+    "{% set s %}{{ bos_token }}{% endset %}{{ s | length }}{{ range(n) | list }}{{ strftime_now('%Y-%m-%d') }}",
+    "{% if nothing is none and not undefined_name is defined %}{{ raise_exception('bad ' ~ n) }}{% endif %}",
+    "{{ messages | selectattr('role', 'equalto', 'user') | list | length }}{{ {'a': [1, {'b': none}]} }}",
+]
+for i, t in enumerate(snippets):
+    put("fuzz_template", "snippet%02d" % i, t)
 print("seeds written to", out)

@@ -11,7 +11,7 @@ secs=${1:-60}
 shift || true
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(fuzz_safetensors fuzz_index fuzz_config fuzz_tokenizer_load
-                                      fuzz_tokenizer_encode fuzz_decode fuzz_npy fuzz_request)
+                                      fuzz_tokenizer_encode fuzz_decode fuzz_npy fuzz_request fuzz_template)
 command -v clang++ >/dev/null || { echo "fuzz.sh: clang++ not found (apt-get install clang)"; exit 1; }
 export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$(pwd)}
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE="-O1 -g1" \
@@ -27,8 +27,11 @@ for t in "${targets[@]}"; do
   mkdir -p "build-fuzz/corpus/$t" "build-fuzz/artifacts/$t"
   echo "== $t: ${secs}s"
   # The working corpus grows in build-fuzz/corpus/<t>; seeds and kept regressions are read-only inputs.
+  # Chat templates get a Jinja dictionary, the rest the JSON one.
+  dict=fuzz/json.dict
+  [ "$t" = fuzz_template ] && dict=fuzz/jinja.dict
   if ! build-fuzz/fuzz/"$t" "build-fuzz/corpus/$t" "build-fuzz/seeds/$t" "fuzz/regressions/$t" \
-        -dict=fuzz/json.dict -max_total_time="$secs" -runs=10000000 -timeout=1 -rss_limit_mb=2048 -max_len=8192 \
+        -dict="$dict" -max_total_time="$secs" -runs=10000000 -timeout=1 -rss_limit_mb=2048 -max_len=8192 \
         -artifact_prefix="build-fuzz/artifacts/$t/" -print_final_stats=1 2>"build-fuzz/$t.log"; then
     status=1
     echo "!! $t failed; see build-fuzz/$t.log and build-fuzz/artifacts/$t/"

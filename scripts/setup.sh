@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Installs every dependency of hybridlm from Debian 12 packages (and one npm package for the
-# tokenizer cross-check). Idempotent and non-interactive; runs as root or through sudo.
+# Installs every dependency of hybridlm from Debian 12 packages (and two npm packages for the
+# tokenizer and chat-template cross-checks). Idempotent and non-interactive; runs as root or through sudo.
 #   bash scripts/setup.sh            # what `make build` / `make test` need
 #   bash scripts/setup.sh --aarch64  # also the aarch64 cross build (`make test-aarch64`)
 set -euo pipefail
@@ -59,4 +59,10 @@ fi
 if [ ! -d tests/server/node_modules/openai ]; then
   echo "setup: npm install in tests/server"
   (cd tests/server && npm install --no-audit --no-fund --silent)
+fi
+
+# The independent chat-template oracle (pure JavaScript, pinned in tests/chat/package.json).
+if [ ! -d tests/chat/node_modules/@huggingface/jinja ]; then
+  echo "setup: npm install in tests/chat"
+  (cd tests/chat && npm install --no-audit --no-fund --silent)
 fi
