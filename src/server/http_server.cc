@@ -299,7 +299,7 @@ void HttpServer::Impl::generate(const httplib::Request& req, httplib::Response& 
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider(
       "text/event-stream",
-      [=, &tok](size_t, httplib::DataSink& sink) {
+      [=](size_t, httplib::DataSink& sink) {
         auto send = [&](const std::string& data) {
           st->last_write = Clock::now();
           const std::string event = "data: " + data + "\n\n";
