@@ -35,7 +35,12 @@ std::string render_fallback(const nlohmann::json& messages, bool add_generation_
     std::string role = role_it->get<std::string>();
     if (role == "developer") role = "system";
     if (!role.empty() && role[0] >= 'a' && role[0] <= 'z') role[0] = static_cast<char>(role[0] - 'a' + 'A');
-    out += role + ": " + content_text(m, i) + "\n";
+    // Trimmed: an answer generated after "Assistant:" starts with a space, and re-renders as the
+    // tokens it was generated as (the next turn then extends the sequence that produced it).
+    std::string text = content_text(m, i);
+    const size_t b = text.find_first_not_of(" \t\r\n"), e = text.find_last_not_of(" \t\r\n");
+    text = b == std::string::npos ? std::string() : text.substr(b, e - b + 1);
+    out += role + ": " + text + "\n";
     const auto calls = m.find("tool_calls");
     if (calls != m.end() && calls->is_array()) {
       for (const nlohmann::json& c : *calls) {

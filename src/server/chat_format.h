@@ -1,6 +1,6 @@
-// Chat messages to prompt text: the model's own chat template (tokenizer_config.json's
-// chat_template, rendered by src/chat's Jinja engine) or, for a model without one, a documented
-// plain format (docs/serving.md).
+// Chat messages to prompt text: the model's own chat template (chat_template.jinja, or
+// tokenizer_config.json's chat_template, rendered by src/chat's Jinja engine) or, for a model
+// without one, the plain fallback format (docs/chat-templates.md).
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -15,13 +15,16 @@ namespace hybridlm {
 
 class ChatFormat {
  public:
-  // Reads DIR/tokenizer_config.json when there is one; an Error names a template that does not parse.
-  static ChatFormat load(const std::filesystem::path& dir, const Tokenizer& tok);
-  // The prompt for `messages` (checked by parse_request) ending where the assistant's answer begins.
-  std::string render(const nlohmann::json& messages, const nlohmann::json& tools) const;
+  // Reads DIR/chat_template.jinja or DIR/tokenizer_config.json when there is one; an Error names
+  // the file and line of a template that does not parse.
+  static ChatFormat load(const std::filesystem::path& dir);
+  // The prompt for `messages` (checked by parse_request; keys in request order), ending where the
+  // assistant's answer begins. tools: null when the request has none. Throws Error for what the
+  // template refuses (its raise_exception message, or a render error).
+  std::string render(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools) const;
   // The rendered text carries the special tokens itself (a template): encode it without adding BOS.
-  bool adds_bos() const { return has_template_; }
-  // "the model's chat template" or "no chat template: the plain fallback".
+  bool adds_bos() const { return template_ != nullptr; }
+  // "the model's chat template (FILE)" or the fallback's name.
   std::string description() const;
 
   ChatFormat(ChatFormat&&) noexcept;
@@ -30,13 +33,7 @@ class ChatFormat {
  private:
   ChatFormat();
   struct Impl;
-  std::unique_ptr<Impl> impl_;
-  bool has_template_ = false;
+  std::unique_ptr<Impl> template_;  // null: the fallback
 };
-
-// The plain format of a model without a template: "System: ...\n", "User: ...\n", "Assistant: ...\n"
-// one message a line (content parts joined with "\n", surrounding whitespace trimmed), then
-// "Assistant:".
-std::string render_plain_chat(const nlohmann::json& messages);
 
 }  // namespace hybridlm

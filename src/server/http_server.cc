@@ -12,7 +12,7 @@
 
 namespace hybridlm {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;  // keys in the order written: requests as sent, responses as OpenAI lists them
 using Clock = std::chrono::steady_clock;
 
 namespace {

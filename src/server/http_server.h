@@ -26,7 +26,7 @@ struct HttpOptions {
 };
 
 // Messages (checked by parse_request) and tools (null when absent) to the prompt text.
-using ChatRenderer = std::function<std::string(const nlohmann::json& messages, const nlohmann::json& tools)>;
+using ChatRenderer = std::function<std::string(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools)>;
 
 struct ServedModel {
   std::string id;  // what /v1/models lists and responses name

@@ -6,7 +6,7 @@
 
 namespace hybridlm {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;  // keys in the order written: requests as sent, responses as OpenAI lists them
 
 void throw_api(int status, std::string param, std::string message, std::string code) {
   ApiError e;

@@ -24,7 +24,7 @@ struct ApiError {
 };
 [[noreturn]] void throw_api(int status, std::string param, std::string message, std::string code = "");
 // {"error": {"message", "type", "param", "code"}}
-nlohmann::json error_body(const ApiError& e);
+nlohmann::ordered_json error_body(const ApiError& e);
 
 struct ApiRequest {
   bool chat = false;
@@ -34,7 +34,7 @@ struct ApiRequest {
   std::string prompt_text;
   std::optional<std::vector<int32_t>> prompt_ids;
   // Chat: the messages as given (checked), and the tools (null when absent).
-  nlohmann::json messages, tools;
+  nlohmann::ordered_json messages, tools;
   std::optional<int> max_tokens;  // absent: completions 16, chat until the context is full
   int logprobs = -1;  // -1: none; else how many alternatives per token (completions' logprobs, chat's top_logprobs)
   GenRequest gen;     // everything but the prompt ids and max_tokens
@@ -50,9 +50,9 @@ std::string make_id(const char* prefix);
 
 // The logprobs of generated tokens in the two shapes: completions' four parallel arrays, chat's
 // list of {token, logprob, bytes, top_logprobs}. `text_offset0`: the text's length before them.
-nlohmann::json completion_logprobs(const std::vector<TokenLogprob>& lps, const Tokenizer& tok, size_t text_offset0);
-nlohmann::json chat_logprobs(const std::vector<TokenLogprob>& lps, const Tokenizer& tok);
+nlohmann::ordered_json completion_logprobs(const std::vector<TokenLogprob>& lps, const Tokenizer& tok, size_t text_offset0);
+nlohmann::ordered_json chat_logprobs(const std::vector<TokenLogprob>& lps, const Tokenizer& tok);
 
-nlohmann::json usage_json(const Usage& u);
+nlohmann::ordered_json usage_json(const Usage& u);
 
 }  // namespace hybridlm

@@ -523,6 +523,8 @@ TEST(ChatFallback, Format) {
   EXPECT_EQ(render_fallback(msgs),
             "System: Be brief.\nUser: Hi\nthere\nAssistant: \nTool call: {\"name\":\"f\",\"arguments\":\"{}\"}\n"
             "Tool: 42\nAssistant:");
+  EXPECT_EQ(render_fallback(nlohmann::json::parse(R"([{"role": "user", "content": "Hi"},
+    {"role": "assistant", "content": " Hello there \n"}])"), false), "User: Hi\nAssistant: Hello there\n");
   EXPECT_EQ(render_fallback(nlohmann::json::array(), false), "");
   EXPECT_THROW(render_fallback(nlohmann::json::parse(R"([{"content": "x"}])")), Error);
   EXPECT_THROW(render_fallback(nlohmann::json::object()), Error);

@@ -252,6 +252,49 @@ try:
     st, body, _ = srv.post("/v1/completions", {"prompt": "still", "max_tokens": 3})
     check("the server keeps serving after every bad request", st == 200 and body["usage"]["completion_tokens"] >= 1)
 
+    # ---- chat templates: the model's own (Qwen3's here) renders the prompt, as @huggingface/jinja does ----
+    here = os.path.dirname(os.path.abspath(__file__))
+    templates = os.path.join(here, "..", "data", "chat_templates")
+    tmpl_model = os.path.join(scratch, "templated")
+    shutil.copytree(hybrid, tmpl_model)
+    with open(os.path.join(templates, "qwen3.jinja"), encoding="utf-8") as f:
+        qwen3 = f.read()
+    with open(os.path.join(tmpl_model, "tokenizer_config.json"), "w", encoding="utf-8") as f:
+        json.dump({"chat_template": qwen3, "eos_token": "<|endoftext|>"}, f)
+    mistral_model = os.path.join(scratch, "mistral_templated")
+    shutil.copytree(hybrid, mistral_model)
+    with open(os.path.join(templates, "mistral-7b-instruct-v0.1.jinja"), encoding="utf-8") as f:
+        json.dump({"chat_template": f.read(), "bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>"},
+                  open(os.path.join(mistral_model, "tokenizer_config.json"), "w", encoding="utf-8"))
+    tsrv = Server(tmpl_model)
+    check("serve: a model with a chat template says so", "the model's chat template" in "".join(tsrv.log),
+          "".join(tsrv.log)[-300:])
+    conv = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi there"},
+            {"role": "assistant", "content": "Hello!"}, {"role": "user", "content": [{"type": "text", "text": "Why?"}]}]
+    st, resp, _ = tsrv.post("/v1/chat/completions", {"messages": conv, "max_tokens": 2})
+    js = ("import { createRequire } from 'node:module'; import { pathToFileURL } from 'node:url';"
+          "const req = createRequire(process.argv[1] + '/package.json');"
+          "const { Template } = await import(pathToFileURL(req.resolve('@huggingface/jinja')).href);"
+          "const ctx = JSON.parse(process.argv[3]);"
+          "process.stdout.write(new Template(process.argv[2]).render(ctx));")
+    conv_js = [dict(m, content="Why?") if isinstance(m["content"], list) else m for m in conv]
+    p = subprocess.run([shutil.which("node"), "--input-type=module", "-e", js, os.path.join(here, "..", "chat"), qwen3,
+                        json.dumps({"messages": conv_js, "add_generation_prompt": True, "bos_token": None,
+                                    "eos_token": "<|endoftext|>"})], capture_output=True, text=True, timeout=60)
+    rendered = p.stdout
+    rc, ids, _ = run("tokenize", "-m", tmpl_model, "-p", rendered)
+    ids = ids if rc == 0 else "[]"
+    check("chat with a template: the prompt is the template's rendering (@huggingface/jinja), tokenized without BOS",
+          st == 200 and p.returncode == 0 and rendered.startswith("<|im_start|>system") and
+          resp["usage"]["prompt_tokens"] == len(json.loads(ids)), (st, resp, p.stderr[-300:], rendered[:200]))
+    tsrv.stop()
+    msrv = Server(mistral_model)
+    st, resp, _ = msrv.post("/v1/chat/completions", {"messages": [{"role": "system", "content": "x"},
+                                                                  {"role": "user", "content": "y"}], "max_tokens": 2})
+    check("chat: a message the template refuses (raise_exception) is a 400 naming messages, with its message",
+          st == 400 and resp["error"]["param"] == "messages" and "alternate" in resp["error"]["message"].lower(), resp)
+    msrv.stop()
+
     # ---- the official openai npm client ----
     client_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "server")
     node = shutil.which("node")

@@ -32,7 +32,7 @@ int cmd_chat(const Flags& f) {
   validate(sp);
   sp.seed = f.seed >= 0 ? static_cast<uint64_t>(f.seed) : std::random_device{}();
   Tokenizer tok = load_tokenizer(mf.dir);
-  const ChatFormat format = ChatFormat::load(mf.dir, tok);
+  const ChatFormat format = ChatFormat::load(mf.dir);
   EngineOptions eo = mf.options();
   eo.max_sequences = 1;
   Engine engine(mf.dir, eo);
@@ -40,7 +40,7 @@ int cmd_chat(const Flags& f) {
   engine.info("chat: " + format.description() + "; an empty line or end of input ends the chat");
   const std::optional<int32_t> eos = tok.eos_id() ? tok.eos_id() : engine.model().config().eos_token_id;
   const size_t decodable = std::min<size_t>(engine.vocab_size(), tok.vocab_size());
-  nlohmann::json messages = nlohmann::json::array();
+  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
   if (!f.system.empty()) messages.push_back({{"role", "system"}, {"content", f.system}});
   Sampler sampler(sp);
   const int seq = engine.new_sequence();

@@ -67,7 +67,7 @@ int cmd_serve(Flags& f) {
   check(f.batch_tokens >= 1, "--batch-tokens must be >= 1, got ", f.batch_tokens);
   EngineOptions eo = mf.options();  // checks -m first
   Tokenizer tok = load_tokenizer(mf.dir);
-  ChatFormat chat = ChatFormat::load(mf.dir, tok);
+  ChatFormat chat = ChatFormat::load(mf.dir);
 
   // The memory plan: state slots, KV pages and the prefix cache, from the config alone.
   const HybridConfig cfg = load_config(mf.dir);
@@ -116,7 +116,7 @@ int cmd_serve(Flags& f) {
   served.id = model_name(mf.dir);
   served.scheduler = &scheduler;
   served.tokenizer = &tok;
-  served.render_chat = [&chat](const nlohmann::json& messages, const nlohmann::json& tools) {
+  served.render_chat = [&chat](const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools) {
     return chat.render(messages, tools);
   };
   served.chat_adds_bos = chat.adds_bos();
