@@ -74,8 +74,8 @@ ChatFormat ChatFormat::load(const std::filesystem::path& dir) {
   }
   if (source.empty()) return f;
   try {
-    f.template_ = std::make_unique<Impl>(Impl{chat::Template::parse(source), where, special_token(cfg, "bos_token"),
-                                              special_token(cfg, "eos_token")});
+    f.template_ = std::make_unique<Impl>(
+        Impl{chat::Template::parse(source), where, special_token(cfg, "bos_token"), special_token(cfg, "eos_token")});
   } catch (const Error& e) {
     throw_error(where, ": ", e.what());
   }
@@ -100,7 +100,8 @@ json normalize(const json& messages) {
     }
     if (auto calls = m.find("tool_calls"); calls != m.end() && calls->is_array())
       for (json& call : *calls) {
-        json* fn = call.is_object() && call.contains("function") && call["function"].is_object() ? &call["function"] : nullptr;
+        json* fn =
+            call.is_object() && call.contains("function") && call["function"].is_object() ? &call["function"] : nullptr;
         if (!fn || !fn->contains("arguments") || !(*fn)["arguments"].is_string()) continue;
         json args = json::parse((*fn)["arguments"].get<std::string>(), nullptr, false);
         if (args.is_object()) (*fn)["arguments"] = std::move(args);
@@ -113,7 +114,9 @@ json normalize(const json& messages) {
 
 std::string ChatFormat::render(const json& messages, const json& tools) const {
   if (!template_) return chat::render_fallback(nlohmann::json(messages));
-  json ctx = {{"messages", normalize(messages)}, {"add_generation_prompt", true}, {"bos_token", template_->bos},
+  json ctx = {{"messages", normalize(messages)},
+              {"add_generation_prompt", true},
+              {"bos_token", template_->bos},
               {"eos_token", template_->eos}};
   if (!tools.is_null()) ctx["tools"] = tools;
   return template_->tmpl.render(ctx);

@@ -3,10 +3,9 @@
 // without one, the plain fallback format (docs/chat-templates.md).
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <filesystem>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "io/tokenizer.h"

@@ -19,11 +19,16 @@ namespace {
 
 const char* reason_type(int status) {
   switch (status) {
-    case 401: return "authentication_error";
-    case 404: return "not_found_error";
-    case 413: return "invalid_request_error";
-    case 503: return "service_unavailable_error";
-    default: return status >= 500 ? "server_error" : "invalid_request_error";
+    case 401:
+      return "authentication_error";
+    case 404:
+      return "not_found_error";
+    case 413:
+      return "invalid_request_error";
+    case 503:
+      return "service_unavailable_error";
+    default:
+      return status >= 500 ? "server_error" : "invalid_request_error";
   }
 }
 
@@ -109,18 +114,19 @@ void HttpServer::Impl::routes() {
     return httplib::Server::HandlerResponse::Handled;
   });
   // Errors httplib answers itself (no route, an oversized body) get OpenAI's error body too.
-  svr.set_error_handler(httplib::Server::HandlerWithResponse([this](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-    std::string msg = res.status == 404   ? "no such endpoint: " + req.method + " " + req.path
-                      : res.status == 413 ? "the request body is over the server's limit of " +
-                                                std::to_string(opt.max_body_bytes) + " bytes"
-                      : res.status == 405 ? "method " + req.method + " is not allowed on " + req.path
-                                          : "the request could not be read";
-    const ApiError e = make_error(res.status, msg);
-    send_json(res, res.status, error_body(e));
-    metrics.request_done(res.status);
-    return httplib::Server::HandlerResponse::Handled;
-  }));
+  svr.set_error_handler(
+      httplib::Server::HandlerWithResponse([this](const httplib::Request& req, httplib::Response& res) {
+        if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+        std::string msg = res.status == 404   ? "no such endpoint: " + req.method + " " + req.path
+                          : res.status == 413 ? "the request body is over the server's limit of " +
+                                                    std::to_string(opt.max_body_bytes) + " bytes"
+                          : res.status == 405 ? "method " + req.method + " is not allowed on " + req.path
+                                              : "the request could not be read";
+        const ApiError e = make_error(res.status, msg);
+        send_json(res, res.status, error_body(e));
+        metrics.request_done(res.status);
+        return httplib::Server::HandlerResponse::Handled;
+      }));
   svr.set_exception_handler([this](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
     std::string what = "internal error";
     try {
@@ -156,7 +162,8 @@ void HttpServer::Impl::routes() {
     send_json(res, 200, {{"id", m->id}, {"object", "model"}, {"created", 0}, {"owned_by", "hybridlm"}});
     metrics.request_done(200);
   });
-  svr.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) { generate(req, res, false); });
+  svr.Post("/v1/completions",
+           [this](const httplib::Request& req, httplib::Response& res) { generate(req, res, false); });
   svr.Post("/v1/chat/completions",
            [this](const httplib::Request& req, httplib::Response& res) { generate(req, res, true); });
 }
@@ -170,7 +177,8 @@ void HttpServer::Impl::generate(const httplib::Request& req, httplib::Response& 
   try {
     ar = parse_request(req.body, chat);
     if (!ar.model.empty() && ar.model != m->id)
-      throw_api(404, "model", "model " + dump(json(ar.model)) + " does not exist (this server serves " + dump(json(m->id)) + ")",
+      throw_api(404, "model",
+                "model " + dump(json(ar.model)) + " does not exist (this server serves " + dump(json(m->id)) + ")",
                 "model_not_found");
     const char* prompt_field = chat ? "messages" : "prompt";
     try {
@@ -196,10 +204,14 @@ void HttpServer::Impl::generate(const httplib::Request& req, httplib::Response& 
                 "context_length_exceeded");
     const int room = ctx - static_cast<int>(ids.size());
     if (ar.max_tokens && *ar.max_tokens > room)
-      throw_api(400, "max_tokens",
+      throw_api(400, ar.max_tokens_field,
                 "the prompt (" + std::to_string(ids.size()) + " tokens) plus max_tokens " +
                     std::to_string(*ar.max_tokens) + " exceeds the context of " + std::to_string(ctx) + " tokens",
                 "context_length_exceeded");
+    if (ar.gen.n > m->scheduler->slots())
+      throw_api(400, "n",
+                "n must be at most " + std::to_string(m->scheduler->slots()) +
+                    " (the server's --slots: each choice runs in a slot of its own), got " + std::to_string(ar.gen.n));
     ar.gen.max_tokens = ar.max_tokens ? *ar.max_tokens : chat ? room : std::min(16, room);
     if (!ar.seed_given) ar.gen.sampling.seed = std::random_device{}();
     ar.gen.prompt = ids;
@@ -229,6 +241,7 @@ void HttpServer::Impl::generate(const httplib::Request& req, httplib::Response& 
     if (ar.echo)
       for (ChoiceOut& c : out) c.text = echo_text;
     std::string failed;
+    int failed_status = 500;
     bool done = false;
     while (!done) {
       for (GenEvent& ev : handle->wait(std::chrono::milliseconds(500))) {
@@ -240,13 +253,19 @@ void HttpServer::Impl::generate(const httplib::Request& req, httplib::Response& 
           c.finish_reason = ev.finish_reason;
         } else if (ev.kind == GenEvent::Failed) {
           failed = ev.message;
+          failed_status = ev.status;
           done = true;
         } else {
           done = true;
         }
       }
     }
-    if (!failed.empty()) return finish(res, make_error(500, failed));
+    if (!failed.empty()) {
+      finish(res, make_error(failed_status, failed));
+      // A request that timed out would time out again: the client should not resend it at once.
+      if (failed_status == 503) res.set_header("x-should-retry", "false");
+      return;
+    }
     json choices = json::array();
     for (int i = 0; i < n; ++i) {
       ChoiceOut& c = out[static_cast<size_t>(i)];
@@ -278,14 +297,17 @@ void HttpServer::Impl::generate(const httplib::Request& req, httplib::Response& 
   metrics.request_done(200);
   const std::string chunk_object = chat ? "chat.completion.chunk" : "text_completion";
   auto chunk = [=](json choices) {
-    json c = {{"id", id}, {"object", chunk_object}, {"created", created}, {"model", m->id}, {"choices", std::move(choices)}};
+    json c = {
+        {"id", id}, {"object", chunk_object}, {"created", created}, {"model", m->id}, {"choices", std::move(choices)}};
     if (ar.include_usage) c["usage"] = nullptr;
     return c;
   };
-  auto text_choice = [=, &tok](int i, const std::string& text, const std::vector<TokenLogprob>& lps, size_t offset) {
+  auto text_choice = [=](int i, const std::string& text, const std::vector<TokenLogprob>& lps, size_t offset) {
+    const Tokenizer& tok = *m->tokenizer;
     json lp = nullptr;
     if (ar.logprobs >= 0)
-      lp = chat ? json{{"content", chat_logprobs(lps, tok)}, {"refusal", nullptr}} : completion_logprobs(lps, tok, offset);
+      lp = chat ? json{{"content", chat_logprobs(lps, tok)}, {"refusal", nullptr}}
+                : completion_logprobs(lps, tok, offset);
     if (chat) return json{{"index", i}, {"delta", {{"content", text}}}, {"logprobs", lp}, {"finish_reason", nullptr}};
     return json{{"index", i}, {"text", text}, {"logprobs", lp}, {"finish_reason", nullptr}};
   };
@@ -299,67 +321,77 @@ void HttpServer::Impl::generate(const httplib::Request& req, httplib::Response& 
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider(
       "text/event-stream",
-      [=](size_t, httplib::DataSink& sink) {
-        auto send = [&](const std::string& data) {
-          st->last_write = Clock::now();
-          const std::string event = "data: " + data + "\n\n";
-          return sink.write(event.data(), event.size());
-        };
-        if (!st->started) {
-          st->started = true;
-          for (int i = 0; i < n; ++i) {
-            json first;
-            if (chat)
-              first = {{"index", i},
-                       {"delta", {{"role", "assistant"}, {"content", ""}}},
-                       {"logprobs", nullptr},
-                       {"finish_reason", nullptr}};
-            else if (ar.echo)
-              first = {{"index", i}, {"text", echo_text}, {"logprobs", nullptr}, {"finish_reason", nullptr}};
-            else
-              continue;
-            if (!send(dump(chunk(json::array({first}))))) return false;
-          }
-        }
-        std::vector<GenEvent> events = handle->wait(std::chrono::milliseconds(250));
-        for (GenEvent& ev : events) {
-          bool ok = true;
-          if (ev.kind == GenEvent::Text) {
-            ok = send(dump(chunk(json::array({text_choice(ev.choice, ev.text, ev.logprobs, st->offsets[ev.choice])}))));
-            st->offsets[static_cast<size_t>(ev.choice)] += ev.text.size();
-          } else if (ev.kind == GenEvent::Finish) {
-            json c = chat ? json{{"index", ev.choice}, {"delta", json::object()}, {"logprobs", nullptr},
-                                 {"finish_reason", ev.finish_reason}}
-                          : json{{"index", ev.choice}, {"text", ""}, {"logprobs", nullptr},
-                                 {"finish_reason", ev.finish_reason}};
-            ok = send(dump(chunk(json::array({c}))));
-          } else if (ev.kind == GenEvent::Failed) {
-            // After the 200 header an error travels in the stream, as OpenAI's client reads it.
-            send(dump(error_body(make_error(500, ev.message))));
-            send("[DONE]");
-            st->ended = true;
-            sink.done();
-            return true;
-          } else {
-            if (ar.include_usage) {
-              json u = {{"id", id}, {"object", chunk_object}, {"created", created}, {"model", m->id},
-                        {"choices", json::array()}, {"usage", usage_json(handle->usage())}};
-              ok = send(dump(u));
+      [=](size_t, httplib::DataSink& sink) -> bool {
+        // httplib calls this outside its handler's try: nothing may escape (it would end the process).
+        try {
+          auto send = [&](const std::string& data) {
+            st->last_write = Clock::now();
+            const std::string event = "data: " + data + "\n\n";
+            return sink.write(event.data(), event.size());
+          };
+          if (!st->started) {
+            st->started = true;
+            for (int i = 0; i < n; ++i) {
+              json first;
+              if (chat)
+                first = {{"index", i},
+                         {"delta", {{"role", "assistant"}, {"content", ""}}},
+                         {"logprobs", nullptr},
+                         {"finish_reason", nullptr}};
+              else if (ar.echo)
+                first = {{"index", i}, {"text", echo_text}, {"logprobs", nullptr}, {"finish_reason", nullptr}};
+              else
+                continue;
+              if (!send(dump(chunk(json::array({first}))))) return false;
             }
-            ok = ok && send("[DONE]");
-            st->ended = true;
-            sink.done();
-            return ok;
           }
-          if (!ok) return false;  // the client went away
+          std::vector<GenEvent> events = handle->wait(std::chrono::milliseconds(250));
+          for (GenEvent& ev : events) {
+            bool ok = true;
+            if (ev.kind == GenEvent::Text) {
+              ok = send(
+                  dump(chunk(json::array({text_choice(ev.choice, ev.text, ev.logprobs, st->offsets[ev.choice])}))));
+              st->offsets[static_cast<size_t>(ev.choice)] += ev.text.size();
+            } else if (ev.kind == GenEvent::Finish) {
+              json c = chat ? json{{"index", ev.choice},
+                                   {"delta", json::object()},
+                                   {"logprobs", nullptr},
+                                   {"finish_reason", ev.finish_reason}}
+                            : json{{"index", ev.choice},
+                                   {"text", ""},
+                                   {"logprobs", nullptr},
+                                   {"finish_reason", ev.finish_reason}};
+              ok = send(dump(chunk(json::array({c}))));
+            } else if (ev.kind == GenEvent::Failed) {
+              // After the 200 header an error travels in the stream, as OpenAI's client reads it.
+              send(dump(error_body(make_error(500, ev.message))));
+              send("[DONE]");
+              st->ended = true;
+              sink.done();
+              return true;
+            } else {
+              if (ar.include_usage) {
+                json u = {{"id", id},       {"object", chunk_object},   {"created", created},
+                          {"model", m->id}, {"choices", json::array()}, {"usage", usage_json(handle->usage())}};
+                ok = send(dump(u));
+              }
+              ok = ok && send("[DONE]");
+              st->ended = true;
+              sink.done();
+              return ok;
+            }
+            if (!ok) return false;  // the client went away
+          }
+          // A comment line now and then: the only way to notice a client that left while queued.
+          if (events.empty() && Clock::now() - st->last_write > std::chrono::seconds(2)) {
+            st->last_write = Clock::now();
+            static const char kPing[] = ": ping\n\n";
+            if (!sink.write(kPing, sizeof kPing - 1)) return false;
+          }
+          return true;
+        } catch (const std::exception&) {
+          return false;  // the connection closes; the releaser cancels the request
         }
-        // A comment line now and then: the only way to notice a client that left while queued.
-        if (events.empty() && Clock::now() - st->last_write > std::chrono::seconds(2)) {
-          st->last_write = Clock::now();
-          static const char kPing[] = ": ping\n\n";
-          if (!sink.write(kPing, sizeof kPing - 1)) return false;
-        }
-        return true;
       },
       [handle, st](bool success) {
         if (!success || !st->ended) handle->cancel();

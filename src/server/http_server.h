@@ -3,11 +3,10 @@
 // GET /health answers 503 until attach() hands it a loaded model, then 200.
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "io/tokenizer.h"
@@ -18,15 +17,17 @@ namespace hybridlm {
 
 struct HttpOptions {
   std::string host = "127.0.0.1";
-  int port = 8080;  // 0: any free port (port() tells which)
+  int port = 8080;      // 0: any free port (port() tells which)
   std::string api_key;  // "" = none
   size_t max_body_bytes = 8u << 20;
-  int request_timeout_s = 600;  // a request still queued or running after this ends
+  int request_timeout_s = 300;  // a request still queued or running after this ends (under the
+                                // openai client's 600 s, after which it would resend it)
   int http_threads = 64;        // connections served at once (each stream holds one)
 };
 
 // Messages (checked by parse_request) and tools (null when absent) to the prompt text.
-using ChatRenderer = std::function<std::string(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools)>;
+using ChatRenderer =
+    std::function<std::string(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools)>;
 
 struct ServedModel {
   std::string id;  // what /v1/models lists and responses name

@@ -18,7 +18,8 @@ void header(std::string& out, const char* name, const char* type, const char* he
 
 }  // namespace
 
-Histogram::Histogram(std::vector<double> upper_bounds) : bounds_(std::move(upper_bounds)), counts_(bounds_.size() + 1) {}
+Histogram::Histogram(std::vector<double> upper_bounds)
+    : bounds_(std::move(upper_bounds)), counts_(bounds_.size() + 1) {}
 
 void Histogram::observe(double v) {
   std::lock_guard lock(mu_);

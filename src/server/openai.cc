@@ -32,13 +32,20 @@ namespace {
 
 const char* type_name(const json& v) {
   switch (v.type()) {
-    case json::value_t::null: return "null";
-    case json::value_t::boolean: return "a boolean";
-    case json::value_t::string: return "a string";
-    case json::value_t::array: return "an array";
-    case json::value_t::object: return "an object";
-    case json::value_t::number_float: return "a number";
-    default: return "an integer";
+    case json::value_t::null:
+      return "null";
+    case json::value_t::boolean:
+      return "a boolean";
+    case json::value_t::string:
+      return "a string";
+    case json::value_t::array:
+      return "an array";
+    case json::value_t::object:
+      return "an object";
+    case json::value_t::number_float:
+      return "a number";
+    default:
+      return "an integer";
   }
 }
 
@@ -77,9 +84,9 @@ int64_t integer(const json& body, const char* name, int64_t lo, int64_t hi, int6
   } else if (!v->is_number_integer()) {
     bad(name, "an integer", *v);
   }
-  const int64_t x = v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)
-                        ? INT64_MAX
-                        : v->is_number_float() ? static_cast<int64_t>(v->get<double>()) : v->get<int64_t>();
+  const int64_t x = v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX) ? INT64_MAX
+                    : v->is_number_float() ? static_cast<int64_t>(v->get<double>())
+                                           : v->get<int64_t>();
   if (x < lo || x > hi) bad(name, "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]", *v);
   return x;
 }
@@ -109,7 +116,8 @@ void parse_prompt(const json& body, ApiRequest& r) {
     r.prompt_text = p->get<std::string>();
     return;
   }
-  if (!p->is_array() || p->empty()) bad("prompt", "a string, an array of token ids, or a one-element array of them", *p);
+  if (!p->is_array() || p->empty())
+    bad("prompt", "a string, an array of token ids, or a one-element array of them", *p);
   const json& first = (*p)[0];
   if (first.is_number()) {
     r.prompt_ids = id_list(*p, "prompt");
@@ -155,8 +163,10 @@ void check_messages(const json& body, ApiRequest& r) {
       for (size_t j = 0; j < content->size(); ++j) {
         const json& part = (*content)[j];
         const std::string pat = at + ".content[" + std::to_string(j) + "]";
-        if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string())
-          throw_api(400, pat, pat + " must be a text part {\"type\": \"text\", \"text\": ...} (this model reads text only)");
+        if (!part.is_object() || !part.contains("type") || part["type"] != "text" || !part.contains("text") ||
+            !part["text"].is_string())
+          throw_api(400, pat,
+                    pat + " must be a text part {\"type\": \"text\", \"text\": ...} (this model reads text only)");
       }
     } else if (!content->is_string()) {
       bad(at + ".content", "a string or an array of text parts", *content);
@@ -194,9 +204,10 @@ ApiRequest parse_request(const std::string& body_text, bool chat) {
     parse_prompt(body, r);
   }
   for (const char* unsupported : {"best_of", "suffix", "logit_bias", "functions", "audio", "prediction"})
-    if (field(body, unsupported)) throw_api(400, unsupported, std::string(unsupported) + " is not supported by this server");
+    if (field(body, unsupported))
+      throw_api(400, unsupported, std::string(unsupported) + " is not supported by this server");
   if (const json* rf = field(body, "response_format")) {
-    if (!rf->is_object() || rf->value("type", "") != "text")
+    if (!rf->is_object() || !rf->contains("type") || (*rf)["type"] != "text")
       throw_api(400, "response_format", "response_format: only {\"type\": \"text\"} is supported");
   }
   r.stream = boolean(body, "stream", false);
@@ -208,6 +219,7 @@ ApiRequest parse_request(const std::string& body_text, bool chat) {
   const int64_t kMaxTokens = INT32_MAX / 2;
   if (chat && field(body, "max_completion_tokens")) {
     r.max_tokens = static_cast<int>(integer(body, "max_completion_tokens", 0, kMaxTokens, 0));
+    r.max_tokens_field = "max_completion_tokens";
   } else if (field(body, "max_tokens")) {
     r.max_tokens = static_cast<int>(integer(body, "max_tokens", 0, kMaxTokens, 0));
   }

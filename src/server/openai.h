@@ -3,9 +3,8 @@
 // generation parameters, and the response objects and stream chunks the official client reads.
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -35,7 +34,8 @@ struct ApiRequest {
   std::optional<std::vector<int32_t>> prompt_ids;
   // Chat: the messages as given (checked), and the tools (null when absent).
   nlohmann::ordered_json messages, tools;
-  std::optional<int> max_tokens;  // absent: completions 16, chat until the context is full
+  std::optional<int> max_tokens;                // absent: completions 16, chat until the context is full
+  std::string max_tokens_field = "max_tokens";  // the field it came from (chat: or max_completion_tokens)
   int logprobs = -1;  // -1: none; else how many alternatives per token (completions' logprobs, chat's top_logprobs)
   GenRequest gen;     // everything but the prompt ids and max_tokens
   bool seed_given = false;
@@ -50,7 +50,8 @@ std::string make_id(const char* prefix);
 
 // The logprobs of generated tokens in the two shapes: completions' four parallel arrays, chat's
 // list of {token, logprob, bytes, top_logprobs}. `text_offset0`: the text's length before them.
-nlohmann::ordered_json completion_logprobs(const std::vector<TokenLogprob>& lps, const Tokenizer& tok, size_t text_offset0);
+nlohmann::ordered_json completion_logprobs(const std::vector<TokenLogprob>& lps, const Tokenizer& tok,
+                                           size_t text_offset0);
 nlohmann::ordered_json chat_logprobs(const std::vector<TokenLogprob>& lps, const Tokenizer& tok);
 
 nlohmann::ordered_json usage_json(const Usage& u);

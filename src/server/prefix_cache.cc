@@ -73,7 +73,8 @@ int PrefixCache::restore_longest(int seq, std::span<const int32_t> prompt, int m
     h = prefix_hash_step(h, prompt[i]);
     auto [lo, hi] = by_hash_.equal_range(h);
     for (auto it = lo; it != hi; ++it)
-      if (it->second->tokens.size() == i + 1 && std::equal(prompt.begin(), prompt.begin() + i + 1, it->second->tokens.begin()))
+      if (it->second->tokens.size() == i + 1 &&
+          std::equal(prompt.begin(), prompt.begin() + i + 1, it->second->tokens.begin()))
         best = it->second;
   }
   if (best == lru_.end()) return 0;

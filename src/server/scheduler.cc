@@ -37,12 +37,15 @@ Usage GenHandle::usage() const {
 
 struct Scheduler::Choice {
   Choice(int i, const GenRequest& r, const Tokenizer& tok)
-      : index(i), sampler([&] {
+      : index(i),
+        sampler([&] {
           SamplingParams p = r.sampling;
           p.seed += static_cast<uint64_t>(i);
           return p;
         }()),
-        stream(tok), stops(r.stop), history(r.prompt) {}
+        stream(tok),
+        stops(r.stop),
+        history(r.prompt) {}
   int index;
   int seq = -1;
   Sampler sampler;
@@ -65,6 +68,7 @@ struct Scheduler::Active {
   int pos = 0;   // prompt tokens in the cache
   bool prefilled = false, finished = false;
   int cached = 0;
+  int64_t reserved_pages = 0;  // KV pages promised to the rest of its prompt (and the forks' first pages)
   std::vector<std::unique_ptr<Choice>> choices;
 };
 
@@ -78,25 +82,19 @@ Scheduler::Scheduler(Engine& engine, const Tokenizer& tok, const SchedulerOption
       slots_(engine.cache().max_sequences()),
       // Checkpoints pad the embedding past the tokenizer; ids it cannot decode are never sampled.
       decodable_(std::min<int32_t>(engine.vocab_size(), tok.vocab_size())),
-      eos_id_(tok.eos_id() ? tok.eos_id() : engine.model().config().eos_token_id),
       prefix_(engine.cache(), opt.prefix_cache_bytes) {
+  // The end of a turn: the tokenizer's EOS, the config's, and any the caller adds (a chat
+  // template's end-of-turn token, generation_config.json's list).
+  for (std::optional<int32_t> id : {tok.eos_id(), engine.model().config().eos_token_id})
+    if (id) stop_ids_.push_back(*id);
+  stop_ids_.insert(stop_ids_.end(), opt.stop_ids.begin(), opt.stop_ids.end());
   check(opt_.step_tokens >= 1, "step tokens must be >= 1, got ", opt_.step_tokens);
   check(opt_.snapshot_interval >= 0, "--snapshot-interval must be >= 0, got ", opt_.snapshot_interval);
   check(opt_.max_queue >= 0, "--max-queue must be >= 0, got ", opt_.max_queue);
   thread_ = std::thread([this] { loop(); });
 }
 
-Scheduler::~Scheduler() {
-  {
-    std::lock_guard lock(mu_);
-    stop_ = true;
-  }
-  cv_.notify_all();
-  thread_.join();
-  for (auto& a : queue_) a->handle->push({GenEvent::Failed, 0, {}, {}, {}, "the server is shutting down"});
-  for (auto& a : running_)
-    if (!a->finished) fail_active(*a, "the server is shutting down");
-}
+Scheduler::~Scheduler() { shutdown(); }
 
 void Scheduler::validate(const GenRequest& r) const {
   check(!r.prompt.empty(), "the prompt is empty");
@@ -120,31 +118,45 @@ std::shared_ptr<GenHandle> Scheduler::submit(GenRequest req) {
   auto handle = a->handle;
   {
     std::lock_guard lock(mu_);
+    if (stop_) return nullptr;
     // max_queue may wait beyond those that free slots will take at the next admission.
     const int free_slots = std::max(0, slots_ - slots_held_.load());
     if (queue_.size() >= static_cast<size_t>(opt_.max_queue + free_slots)) return nullptr;
     queue_.push_back(std::move(a));
+    ++submitted_;
   }
   cv_.notify_all();
   return handle;
 }
 
-// Starts `a` when a slot for each of its choices and the KV pages of its prompt are free
-// (cached prefixes are dropped to make room); false leaves it queued.
+// Starts `a` when a slot for each of its choices and the KV pages of its prompt (beyond a cached
+// prefix) are free, pages already promised to other prompts aside; cached prefixes are dropped to
+// make room. false leaves it queued. The pages are reserved until its prompt is in, so that
+// admitted prompts always finish their prefill (no two half-done prompts wait on each other).
 bool Scheduler::admit(std::unique_ptr<Active>& a) {
   HybridCache& cache = engine_.cache();
   const GenRequest& r = a->req;
   if (slots_held_ + r.n > slots_) return false;
-  if (cache.has_kv()) {
-    const int64_t pages = (static_cast<int64_t>(r.prompt.size()) + cache.block_size() - 1) / cache.block_size() + r.n;
-    while (pages > cache.free_pages() && prefix_.evict_one()) {
-    }
-    if (pages > cache.free_pages()) return false;
-  }
   a->seq = engine_.new_sequence();
-  slots_held_ += r.n;
   // Never the whole prompt: its last position must run to give the first token's logits.
-  a->cached = a->pos = prefix_.restore_longest(a->seq, r.prompt, static_cast<int>(r.prompt.size()) - 1);
+  a->pos = prefix_.restore_longest(a->seq, r.prompt, static_cast<int>(r.prompt.size()) - 1);
+  if (cache.has_kv()) {
+    // The rest of the prompt, and a first page of its own for each choice (the last page is shared
+    // with the forks and the prompt's snapshot).
+    const int64_t need = cache.pages_needed(a->seq, static_cast<int64_t>(r.prompt.size()) - a->pos) + r.n;
+    while (need > cache.free_pages() - reserved_pages_ && prefix_.evict_one()) {
+    }
+    if (need > cache.free_pages() - reserved_pages_) {
+      engine_.free_sequence(a->seq);
+      a->seq = -1;
+      a->pos = 0;
+      return false;
+    }
+    a->reserved_pages = need;
+    reserved_pages_ += need;
+  }
+  slots_held_ += r.n;
+  a->cached = a->pos;
   if (a->cached > 0) metrics_.prefix_hit(a->cached);
   metrics_.add_prompt_tokens(static_cast<int64_t>(r.prompt.size()), a->cached);
   {
@@ -156,6 +168,11 @@ bool Scheduler::admit(std::unique_ptr<Active>& a) {
   return true;
 }
 
+void Scheduler::unreserve(Active& a) {
+  reserved_pages_ -= a.reserved_pages;
+  a.reserved_pages = 0;
+}
+
 void Scheduler::release(Active& a) {
   for (auto& c : a.choices)
     if (c->seq >= 0) {
@@ -165,18 +182,21 @@ void Scheduler::release(Active& a) {
     }
   if (a.seq >= 0) engine_.free_sequence(a.seq);
   a.seq = -1;
+  unreserve(a);
   slots_held_ -= a.req.n;
   a.finished = true;
 }
 
-void Scheduler::fail_active(Active& a, const std::string& why) {
+void Scheduler::fail_active(Active& a, const std::string& why, int status) {
   if (a.finished) return;
   try {
     release(a);
   } catch (const std::exception&) {
   }
   a.finished = true;
-  a.handle->push({GenEvent::Failed, 0, {}, {}, {}, why});
+  GenEvent e{GenEvent::Failed, 0, {}, {}, {}, why};
+  e.status = status;
+  a.handle->push(std::move(e));
 }
 
 void Scheduler::finish_choice(Active& a, Choice& c, const char* reason) {
@@ -186,6 +206,8 @@ void Scheduler::finish_choice(Active& a, Choice& c, const char* reason) {
   if (!c.stops.stopped()) {
     text = c.stops.push(c.stream.flush());
     text += c.stops.flush();
+  } else {
+    c.held_logprobs.clear();  // the tokens of the stop string: their text is not returned either
   }
   if (!text.empty() || !c.held_logprobs.empty())
     a.handle->push({GenEvent::Text, c.index, std::move(text), std::move(c.held_logprobs), {}, {}});
@@ -201,6 +223,7 @@ void Scheduler::finish_choice(Active& a, Choice& c, const char* reason) {
     c.seq = -1;
   }
   if (std::all_of(a.choices.begin(), a.choices.end(), [](const auto& x) { return x->done; })) {
+    unreserve(a);
     slots_held_ -= a.req.n;
     a.finished = true;
     a.handle->push({GenEvent::Done, 0, {}, {}, {}, {}});
@@ -242,7 +265,8 @@ void Scheduler::emit_token(Active& a, Choice& c, std::span<float> logits) {
     std::lock_guard lock(a.handle->mu_);
     ++a.handle->usage_.completion_tokens;
   }
-  if (r.stop_at_eos && eos_id_ && next == *eos_id_) return finish_choice(a, c, "stop");
+  if (r.stop_at_eos && std::find(stop_ids_.begin(), stop_ids_.end(), next) != stop_ids_.end())
+    return finish_choice(a, c, "stop");
   if (r.top_logprobs >= 0) {
     lp.id = next;
     lp.logprob = logsm[static_cast<size_t>(next)];
@@ -254,13 +278,12 @@ void Scheduler::emit_token(Active& a, Choice& c, std::span<float> logits) {
     c.held_logprobs.clear();
   }
   if (c.stops.stopped()) return finish_choice(a, c, "stop");
-  if (c.generated >= r.max_tokens || static_cast<int>(c.history.size()) >= opt_.context ||
-      Clock::now() >= r.deadline)
+  if (c.generated >= r.max_tokens || static_cast<int>(c.history.size()) >= opt_.context || Clock::now() >= r.deadline)
     return finish_choice(a, c, "length");
   c.pending = next;
 }
 
-void Scheduler::step_once() {
+bool Scheduler::step_once() {
   HybridCache& cache = engine_.cache();
   step_tokens_.clear();
   step_runs_.clear();
@@ -276,25 +299,23 @@ void Scheduler::step_once() {
   };
   std::vector<PrefillRun> prefills;
   int budget = opt_.step_tokens;
-  int64_t taken = 0;  // pages this step's runs will take
-  auto reserve_pages = [&](int seq, int64_t tokens) {
-    if (!cache.has_kv()) return true;
-    const int64_t need = cache.pages_needed(seq, tokens);
-    // Cached prefixes hold pages: drop them (least recently used first) before a run waits.
-    while (need > cache.free_pages() - taken && prefix_.evict_one()) {
-    }
-    if (need > cache.free_pages() - taken) return false;
-    taken += need;
-    return true;
-  };
-  // 1. One decode token of every running choice (they never wait behind a prompt).
+  int64_t taken = 0;  // unreserved pages this step's decode tokens take
+  // 1. One decode token of every running choice (they never wait behind a prompt), from the pages
+  // no admitted prompt holds.
   for (auto& a : running_) {
     if (a->finished || !a->prefilled) continue;
     for (auto& c : a->choices) {
       if (c->done) continue;
-      if (!reserve_pages(c->seq, 1)) {
-        finish_choice(*a, *c, "length");  // the KV cache is full: this choice ends here
-        continue;
+      if (cache.has_kv()) {
+        const int64_t need = cache.pages_needed(c->seq, 1);
+        // Cached prefixes hold pages: drop them (least recently used first) before a choice ends.
+        while (need > cache.free_pages() - reserved_pages_ - taken && prefix_.evict_one()) {
+        }
+        if (need > cache.free_pages() - reserved_pages_ - taken) {
+          finish_choice(*a, *c, "length");  // the KV cache is full: this choice ends here
+          continue;
+        }
+        taken += need;
       }
       step_runs_.push_back({c->seq, 1});
       step_rows_.push_back(static_cast<int>(step_tokens_.size()));
@@ -303,8 +324,9 @@ void Scheduler::step_once() {
       --budget;
     }
   }
-  // 2. Prefill chunks of admitted prompts, oldest first, within what is left of the budget; a
-  // chunk ends at the next snapshot point so that the state there can be kept.
+  // 2. Prefill chunks of admitted prompts, oldest first, within what is left of the budget (their
+  // pages were reserved at admission); a chunk ends at the next snapshot point so that the state
+  // there can be kept.
   for (auto& a : running_) {
     if (a->finished || a->prefilled || budget <= 0) continue;
     const int plen = static_cast<int>(a->req.prompt.size());
@@ -313,7 +335,11 @@ void Scheduler::step_once() {
       const int next = (a->pos / opt_.snapshot_interval + 1) * opt_.snapshot_interval;
       if (next < plen) len = std::min(len, next - a->pos);
     }
-    if (!reserve_pages(a->seq, len)) continue;  // waits for pages
+    if (cache.has_kv()) {
+      const int64_t need = std::min(cache.pages_needed(a->seq, len), a->reserved_pages);
+      a->reserved_pages -= need;
+      reserved_pages_ -= need;
+    }
     step_runs_.push_back({a->seq, len});
     step_tokens_.insert(step_tokens_.end(), a->req.prompt.begin() + a->pos, a->req.prompt.begin() + a->pos + len);
     if (a->pos + len == plen) {
@@ -323,7 +349,7 @@ void Scheduler::step_once() {
     prefills.push_back({a.get(), len});
     budget -= len;
   }
-  if (step_runs_.empty()) return;
+  if (step_runs_.empty()) return false;
   std::span<const float> logits;
   try {
     logits = engine_.step(step_tokens_, step_runs_, step_rows_);
@@ -331,48 +357,71 @@ void Scheduler::step_once() {
     // The step's sequences may be part-advanced (the cache marked them failed): end their requests.
     for (const RowOwner& o : owners) fail_active(*o.a, std::string("generation failed: ") + e.what());
     for (const PrefillRun& p : prefills) fail_active(*p.a, std::string("generation failed: ") + e.what());
-    return;
+    return true;
   }
   const size_t vocab = static_cast<size_t>(engine_.vocab_size());
   for (const PrefillRun& p : prefills) {
     Active& a = *p.a;
     a.pos += p.len;
-    if (opt_.snapshot_interval > 0 && a.pos % opt_.snapshot_interval == 0 && a.pos < static_cast<int>(a.req.prompt.size()))
-      prefix_.insert(a.seq, std::span(a.req.prompt).first(static_cast<size_t>(a.pos)));
+    if (opt_.snapshot_interval > 0 && a.pos % opt_.snapshot_interval == 0 &&
+        a.pos < static_cast<int>(a.req.prompt.size()))
+      keep_prefix(a.seq, std::span(a.req.prompt).first(static_cast<size_t>(a.pos)));
   }
   for (size_t i = 0; i < owners.size(); ++i) {
     Active& a = *owners[i].a;
     if (a.finished) continue;
     std::span<const float> row = logits.subspan(i * vocab, vocab);
-    if (owners[i].c) {
-      Choice& c = *owners[i].c;
-      c.logits.assign(row.begin(), row.end());
-      emit_token(a, c, c.logits);
-      continue;
-    }
-    // The prompt is in: kept for the next turn of a conversation (whose prompt starts with this
-    // one even when the answer re-tokenizes differently), then every choice starts from its
-    // state (forks share the KV pages).
-    a.prefilled = true;
-    prefix_.insert(a.seq, a.req.prompt);
-    for (auto& c : a.choices) {
-      c->seq = c->index == 0 ? a.seq : cache.fork(a.seq);
-      if (a.req.max_tokens == 0) {
-        finish_choice(a, *c, "length");
+    // One request's trouble (an id its tokenizer cannot decode, no memory) ends that request only.
+    try {
+      if (owners[i].c) {
+        Choice& c = *owners[i].c;
+        if (c.done) continue;
+        c.logits.assign(row.begin(), row.end());
+        emit_token(a, c, c.logits);
         continue;
       }
-      c->logits.assign(row.begin(), row.end());
-      emit_token(a, *c, c->logits);
+      // The prompt is in: kept for the next turn of a conversation (whose prompt starts with this
+      // one even when the answer re-tokenizes differently); every choice gets its sequence (forks
+      // share the KV pages) before any of them samples, since a choice that ends at once frees its own.
+      a.prefilled = true;
+      unreserve(a);
+      keep_prefix(a.seq, a.req.prompt);
+      for (auto& c : a.choices) c->seq = c->index == 0 ? a.seq : cache.fork(a.seq);
+      for (auto& c : a.choices) {
+        if (a.req.max_tokens == 0) {
+          finish_choice(a, *c, "length");
+          continue;
+        }
+        c->logits.assign(row.begin(), row.end());
+        emit_token(a, *c, c->logits);
+      }
+    } catch (const std::exception& e) {
+      fail_active(a, std::string("generation failed: ") + e.what());
     }
+  }
+  return true;
+}
+
+// A snapshot for prefix reuse; one that cannot be kept (no memory) is only a missed reuse.
+void Scheduler::keep_prefix(int seq, std::span<const int32_t> tokens) {
+  try {
+    prefix_.insert(seq, tokens);
+  } catch (const std::exception&) {
   }
 }
 
 void Scheduler::loop() {
+  bool idle = true;  // the last step ran nothing: wait for a change instead of spinning
   for (;;) {
     {
       std::unique_lock lock(mu_);
-      if (running_.empty())
-        cv_.wait_for(lock, std::chrono::milliseconds(100), [&] { return stop_ || !queue_.empty(); });
+      // Nothing ran last time (or nothing runs): wait for a new request, or a while (deadlines,
+      // cancellations and pages freed by other means are checked each round).
+      if (running_.empty() || idle) {
+        const uint64_t seen = submitted_;
+        cv_.wait_for(lock, std::chrono::milliseconds(running_.empty() ? 100 : 10),
+                     [&] { return stop_ || submitted_ != seen; });
+      }
       if (stop_) return;
       // Requests that gave up or timed out while queued leave without running.
       const auto now = Clock::now();
@@ -381,7 +430,9 @@ void Scheduler::loop() {
         if (a.handle->cancelled()) {
           it = queue_.erase(it);
         } else if (now >= a.req.deadline) {
-          a.handle->push({GenEvent::Failed, 0, {}, {}, {}, "the request timed out waiting for a free slot"});
+          GenEvent e{GenEvent::Failed, 0, {}, {}, {}, "the request timed out waiting for a free slot"};
+          e.status = 503;
+          a.handle->push(std::move(e));
           it = queue_.erase(it);
         } else {
           ++it;
@@ -405,15 +456,45 @@ void Scheduler::loop() {
                           engine_.cache().total_pages() - engine_.cache().free_pages(), engine_.cache().total_pages(),
                           prefix_.bytes(), prefix_.entries());
     }
-    // A client that went away frees its slot before the next step.
-    for (auto& a : running_)
-      if (!a->finished && a->handle->cancelled()) {
-        release(*a);
-        a->handle->push({GenEvent::Done, 0, {}, {}, {}, {}});
+    // A client that went away frees its slot before the next step; a request past its deadline
+    // ends: still in its prompt, with an error; generating, as "length".
+    const auto now = Clock::now();
+    for (auto& a : running_) {
+      if (a->finished) continue;
+      try {
+        if (a->handle->cancelled()) {
+          release(*a);
+          a->handle->push({GenEvent::Done, 0, {}, {}, {}, {}});
+        } else if (now >= a->req.deadline) {
+          if (!a->prefilled) {
+            fail_active(*a, "the request timed out before its prompt was processed", 503);
+          } else {
+            for (auto& c : a->choices) finish_choice(*a, *c, "length");
+          }
+        }
+      } catch (const std::exception& e) {
+        fail_active(*a, e.what());
       }
-    step_once();
+    }
+    idle = !step_once();
     std::erase_if(running_, [](const auto& a) { return a->finished; });
   }
+}
+
+void Scheduler::shutdown() {
+  {
+    std::lock_guard lock(mu_);
+    if (stop_ && !thread_.joinable()) return;
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  std::lock_guard lock(mu_);
+  for (auto& a : queue_) a->handle->push({GenEvent::Failed, 0, {}, {}, {}, "the server is shutting down"});
+  queue_.clear();
+  for (auto& a : running_)
+    if (!a->finished) fail_active(*a, "the server is shutting down", 503);
+  running_.clear();
 }
 
 }  // namespace hybridlm

@@ -28,7 +28,7 @@ struct GenRequest {
   SamplingParams sampling;      // choice i samples with seed sampling.seed + i
   std::vector<std::string> stop;
   bool stop_at_eos = true;
-  int n = 1;             // choices: the prompt is computed once, then forked
+  int n = 1;              // choices: the prompt is computed once, then forked
   int top_logprobs = -1;  // -1: no logprobs; k >= 0: the chosen token's and the k most likely
   // Past this the request ends: queued, it is dropped; running, it finishes as "length".
   std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
@@ -49,6 +49,7 @@ struct GenEvent {
   std::vector<TokenLogprob> logprobs;  // the tokens behind `text` (Text; with top_logprobs >= 0)
   std::string finish_reason;           // Finish: "stop" or "length"
   std::string message;                 // Failed: why (the request's tokens were not all served)
+  int status = 500;                    // Failed: the HTTP status it stands for (503: timed out / shutting down)
 };
 
 struct Usage {
@@ -80,12 +81,18 @@ struct SchedulerOptions {
   int context = 4096;           // prompt + generated tokens per sequence
   int snapshot_interval = 256;  // prefill snapshots every this many prompt tokens (0 = off)
   size_t prefix_cache_bytes = 64u << 20;
+  // Tokens that end a choice besides the tokenizer's and the config's EOS (generation_config.json's
+  // eos_token_id list, a chat template's end-of-turn token).
+  std::vector<int32_t> stop_ids;
 };
 
 class Scheduler {
  public:
   Scheduler(Engine& engine, const Tokenizer& tok, const SchedulerOptions& opt, Metrics& metrics);
-  ~Scheduler();  // stops the loop; requests still queued or running end with Failed
+  ~Scheduler();  // shutdown()
+  // Stops the loop; requests still queued or running end with Failed, and submit() refuses from
+  // now on. Call it before stopping the HTTP threads that wait on requests.
+  void shutdown();
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
 
@@ -102,9 +109,11 @@ class Scheduler {
   struct Active;
   void loop();
   bool admit(std::unique_ptr<Active>& a);
-  void step_once();
+  bool step_once();  // false: nothing could run
   void finish_choice(Active& a, Choice& c, const char* reason);
-  void fail_active(Active& a, const std::string& why);
+  void fail_active(Active& a, const std::string& why, int status = 500);
+  void unreserve(Active& a);
+  void keep_prefix(int seq, std::span<const int32_t> tokens);
   void emit_token(Active& a, Choice& c, std::span<float> logits);
   void release(Active& a);
 
@@ -114,13 +123,15 @@ class Scheduler {
   Metrics& metrics_;
   int slots_;
   int32_t decodable_;
-  std::optional<int32_t> eos_id_;
+  std::vector<int32_t> stop_ids_;
+  int64_t reserved_pages_ = 0;  // KV pages promised to admitted prompts (scheduler thread only)
   PrefixCache prefix_;
 
   std::mutex mu_;  // guards queue_ and stop_
   std::condition_variable cv_;
   std::deque<std::unique_ptr<Active>> queue_;
   bool stop_ = false;
+  uint64_t submitted_ = 0;          // requests queued so far (wakes an idle loop)
   std::atomic<int> slots_held_{0};  // slots of running requests (n each); written by the loop only
 
   // The scheduler thread's own.

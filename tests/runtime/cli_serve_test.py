@@ -224,6 +224,19 @@ try:
         "stream_options")
     bad("a token id beyond the vocabulary", {"prompt": [1, 2, 99999999]}, 400, "prompt")
     bad("an oversized body", None, 413, None, raw=b'{"prompt": "' + b"a" * (9 << 20) + b'"}')
+    bad("n above --slots", {"prompt": "x", "n": 5}, 400, "n")
+    bad("a content part whose type is not a string", {"messages": [{"role": "user", "content": [{"type": 1, "text": "x"}]}]},
+        400, "messages[0].content[0]", path="/v1/chat/completions")
+    bad("response_format with a null type", {"prompt": "x", "response_format": {"type": None}}, 400, "response_format")
+    bad("max_completion_tokens past the context", {"messages": [{"role": "user", "content": "x"}],
+                                                   "max_completion_tokens": 100000}, 400, "max_completion_tokens",
+        path="/v1/chat/completions")
+    # n choices that end at their first token (or before it) free their forks cleanly.
+    for n, mt in ((2, 1), (3, 0), (4, 1)):
+        st, body, _ = srv.post("/v1/completions", {"prompt": "Hello", "n": n, "max_tokens": mt, "ignore_eos": True})
+        check(f"n = {n} with max_tokens {mt}: {n} choices of {mt} token(s), finish_reason length",
+              st == 200 and len(body["choices"]) == n and body["usage"]["completion_tokens"] == n * mt and
+              all(c["finish_reason"] == "length" for c in body["choices"]), body)
     st, resp, _ = srv.get("/v1/nothing")
     check("an unknown endpoint: 404 with an error body", st == 404 and "error" in resp, resp)
     # A prompt longer than the context, on a server with a small one.

@@ -35,6 +35,9 @@ int cmd_chat(const Flags& f) {
   const ChatFormat format = ChatFormat::load(mf.dir);
   EngineOptions eo = mf.options();
   eo.max_sequences = 1;
+  // One context of KV pages, and two more: the kept snapshot of the last prompt shares its
+  // partial last page, which the next token then copies.
+  eo.kv_pages = (mf.ctx_size + eo.block_size - 1) / eo.block_size + 2;
   Engine engine(mf.dir, eo);
   report_mlock(engine);
   engine.info("chat: " + format.description() + "; an empty line or end of input ends the chat");
@@ -64,12 +67,14 @@ int cmd_chat(const Flags& f) {
         engine.cache().restore(seq, last_prompt);
         keep = static_cast<size_t>(last_prompt.length());
       } else {
+        last_prompt = Snapshot{};  // its pages go back before the new prompt takes any
         engine.cache().reset(seq);
         keep = 0;
       }
     }
     std::vector<float> logits = engine.prefill(seq, std::span(prompt).subspan(keep), false);
     fed = prompt;
+    last_prompt = Snapshot{};
     last_prompt = engine.cache().snapshot(seq);
     StreamDecoder stream(tok);
     std::string answer;
@@ -97,8 +102,8 @@ int cmd_chat(const Flags& f) {
     std::fputs((rest + "\n").c_str(), stdout);
     std::fflush(stdout);
     messages.push_back({{"role", "assistant"}, {"content", answer}});
-    engine.info(strprintf("turn %d: %zu prompt tokens (%zu reused), %d generated", turn, prompt.size(), keep,
-                          generated));
+    engine.info(
+        strprintf("turn %d: %zu prompt tokens (%zu reused), %d generated", turn, prompt.size(), keep, generated));
   }
   return 0;
 }

@@ -1,7 +1,10 @@
 // `hybridlm serve`: an OpenAI-compatible HTTP server (src/server) over one loaded model, with
 // continuous batching, admission by state slots and KV pages, and prefix reuse of SSM state.
 #include <csignal>
+#include <cstdint>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <thread>
 
@@ -22,7 +25,7 @@ namespace {
 #if !HYBRIDLM_HAVE_HTTP
 struct HttpOptions {  // what the flags fill in; this build cannot serve them
   std::string host = "127.0.0.1", api_key;
-  int port = 8080, request_timeout_s = 600;
+  int port = 8080, request_timeout_s = 300;
 };
 #endif
 
@@ -49,6 +52,20 @@ double available_memory_bytes() {
   return kb * 1024;
 }
 
+// generation_config.json's eos_token_id (an id or a list: instruct models end turns on several).
+std::vector<int32_t> generation_eos_ids(const std::string& dir) {
+  std::vector<int32_t> ids;
+  std::ifstream in(std::filesystem::path(dir) / "generation_config.json");
+  if (!in) return ids;
+  const nlohmann::json cfg = nlohmann::json::parse(in, nullptr, false);
+  if (!cfg.is_object() || !cfg.contains("eos_token_id")) return ids;
+  const nlohmann::json& e = cfg["eos_token_id"];
+  for (const nlohmann::json& v : e.is_array() ? e : nlohmann::json::array({e}))
+    if (v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() <= INT32_MAX)
+      ids.push_back(static_cast<int32_t>(v.get<int64_t>()));
+  return ids;
+}
+
 volatile std::sig_atomic_t g_stop = 0;
 void on_signal(int) { g_stop = 1; }
 #endif
@@ -56,8 +73,9 @@ void on_signal(int) { g_stop = 1; }
 int cmd_serve(Flags& f) {
 #if !HYBRIDLM_HAVE_HTTP
   (void)f;
-  throw_error("this build of hybridlm has no HTTP server: cpp-httplib was not found when it was built "
-              "(scripts/setup.sh installs libcpp-httplib-dev)");
+  throw_error(
+      "this build of hybridlm has no HTTP server: cpp-httplib was not found when it was built "
+      "(scripts/setup.sh installs libcpp-httplib-dev)");
 #else
   ModelFlags& mf = f.model;
   check(f.slots >= 1 && f.slots <= 4096, "--slots must be in [1, 4096], got ", f.slots);
@@ -86,7 +104,8 @@ int cmd_serve(Flags& f) {
           f.slots, " slots x ", format_bytes(state), " of state + KV for one --ctx-size ", mf.ctx_size, " sequence (",
           format_bytes(pages_per_ctx * page), ") + --prefix-cache-mb (", format_bytes(prefix),
           "): lower --slots, --ctx-size or --prefix-cache-mb");
-    if (page > 0) pages = std::min<int64_t>(pages, static_cast<int64_t>((budget - weights - prefix - f.slots * state) / page));
+    if (page > 0)
+      pages = std::min<int64_t>(pages, static_cast<int64_t>((budget - weights - prefix - f.slots * state) / page));
   }
   // Without --memory: the pool holds --slots x --ctx-size; warn when that plan is more than the
   // machine has free (a budget fits the pool to memory instead).
@@ -104,6 +123,10 @@ int cmd_serve(Flags& f) {
   f.sched.context = mf.ctx_size;
   f.sched.step_tokens = f.batch_tokens;
   f.sched.prefix_cache_bytes = static_cast<size_t>(prefix);
+  f.sched.stop_ids = generation_eos_ids(mf.dir);
+  // Every request, running or queued, holds an HTTP thread while it waits (and a stream for its
+  // life): enough of them that a full queue is answered 503, with room for /health and /metrics.
+  f.http.http_threads = f.slots + f.sched.max_queue + 16;
 
   Metrics metrics;
   HttpServer http(f.http, metrics);
@@ -112,6 +135,16 @@ int cmd_serve(Flags& f) {
   Engine engine(mf.dir, eo);
   report_mlock(engine);
   Scheduler scheduler(engine, tok, f.sched, metrics);
+  // However this function ends: requests fail first (their HTTP threads stop waiting), then the
+  // HTTP threads stop, and only then do the scheduler and the engine they use go.
+  struct Stop {
+    Scheduler& s;
+    HttpServer& h;
+    ~Stop() {
+      s.shutdown();
+      h.stop();
+    }
+  } stop_in_order{scheduler, http};
   ServedModel served;
   served.id = model_name(mf.dir);
   served.scheduler = &scheduler;
@@ -121,16 +154,16 @@ int cmd_serve(Flags& f) {
   };
   served.chat_adds_bos = chat.adds_bos();
   http.attach(std::move(served));
-  engine.info(strprintf("serve: model %s, %d slots (%s state each), %s of KV pages, prefix cache %s, context %d; chat: %s",
-                        model_name(mf.dir).c_str(), f.slots, format_bytes(state).c_str(),
-                        page > 0 ? format_bytes(static_cast<double>(pages) * page).c_str() : "no attention, 0 B",
-                        format_bytes(prefix).c_str(), mf.ctx_size, chat.description().c_str()));
+  engine.info(
+      strprintf("serve: model %s, %d slots (%s state each), %s of KV pages, prefix cache %s, context %d; chat: %s",
+                model_name(mf.dir).c_str(), f.slots, format_bytes(state).c_str(),
+                page > 0 ? format_bytes(static_cast<double>(pages) * page).c_str() : "no attention, 0 B",
+                format_bytes(prefix).c_str(), mf.ctx_size, chat.description().c_str()));
   std::fprintf(stderr, "serve: ready\n");
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
   while (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   std::fprintf(stderr, "serve: stopping\n");
-  http.stop();
   return 0;
 #endif
 }
@@ -139,10 +172,12 @@ int cmd_serve(Flags& f) {
 
 Subcommand add_serve(CLI::App& parent) {
   auto f = std::make_shared<Flags>();
-  CLI::App* app = parent.add_subcommand("serve", "an OpenAI-compatible HTTP server (/v1/completions, /v1/chat/completions)");
+  CLI::App* app =
+      parent.add_subcommand("serve", "an OpenAI-compatible HTTP server (/v1/completions, /v1/chat/completions)");
   f->model.add(app, true, true);
   app->add_option("--host", f->http.host, "address to listen on (127.0.0.1: this machine only)")->capture_default_str();
-  app->add_option("--port", f->http.port, "port to listen on (0: any free port, printed on stderr)")->capture_default_str();
+  app->add_option("--port", f->http.port, "port to listen on (0: any free port, printed on stderr)")
+      ->capture_default_str();
   app->add_option("--slots", f->slots, "sequences that run at once (state slots); more requests wait in the queue")
       ->capture_default_str();
   app->add_option("--memory", f->memory,
