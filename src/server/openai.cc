@@ -185,8 +185,9 @@ ApiRequest parse_request(const std::string& body_text, bool chat) {
   json body;
   try {
     body = json::parse(body_text);
-  } catch (const json::parse_error& e) {
-    // nlohmann's message names the byte; it also rejects strings that are not valid UTF-8.
+  } catch (const json::exception& e) {
+    // nlohmann's message names the byte; it also rejects strings that are not valid UTF-8, and a
+    // number beyond double's range (out_of_range, not parse_error: found by fuzz_request).
     std::string what = e.what();
     if (const size_t k = what.find("] "); k != std::string::npos) what = what.substr(k + 2);
     throw_api(400, "", "the request body is not valid JSON: " + what);

@@ -64,12 +64,12 @@ void PrefixCache::insert(int seq, std::span<const int32_t> tokens) {
   bytes_ += need;
 }
 
-int PrefixCache::restore_longest(int seq, std::span<const int32_t> prompt, int max_len) {
-  if (lru_.empty()) return 0;
+std::list<PrefixCache::Entry>::const_iterator PrefixCache::find_longest(std::span<const int32_t> prompt,
+                                                                        int max_len) const {
   const size_t n = std::min<size_t>(prompt.size(), static_cast<size_t>(std::max(max_len, 0)));
   uint64_t h = kPrefixHashSeed;
-  std::list<Entry>::iterator best = lru_.end();
-  for (size_t i = 0; i < n; ++i) {
+  auto best = lru_.end();
+  for (size_t i = 0; i < n && !lru_.empty(); ++i) {
     h = prefix_hash_step(h, prompt[i]);
     auto [lo, hi] = by_hash_.equal_range(h);
     for (auto it = lo; it != hi; ++it)
@@ -77,7 +77,18 @@ int PrefixCache::restore_longest(int seq, std::span<const int32_t> prompt, int m
           std::equal(prompt.begin(), prompt.begin() + i + 1, it->second->tokens.begin()))
         best = it->second;
   }
-  if (best == lru_.end()) return 0;
+  return best;
+}
+
+int PrefixCache::longest(std::span<const int32_t> prompt, int max_len) const {
+  const auto best = find_longest(prompt, max_len);
+  return best == lru_.end() ? 0 : static_cast<int>(best->tokens.size());
+}
+
+int PrefixCache::restore_longest(int seq, std::span<const int32_t> prompt, int max_len) {
+  const auto found = find_longest(prompt, max_len);
+  if (found == lru_.end()) return 0;
+  const auto best = lru_.erase(found, found);  // the same element, as a mutable iterator
   cache_.restore(seq, best->snap);
   lru_.splice(lru_.begin(), lru_, best);
   return static_cast<int>(best->tokens.size());

@@ -32,6 +32,8 @@ class PrefixCache {
   // The longest kept prefix of `prompt` with at most `max_len` tokens, restored into `seq`;
   // returns its length (0: nothing kept matched, seq untouched).
   int restore_longest(int seq, std::span<const int32_t> prompt, int max_len);
+  // The length restore_longest would restore, without restoring (and without marking it used).
+  int longest(std::span<const int32_t> prompt, int max_len) const;
   // Drops the least recently used entry; false when there is none. For the scheduler when the KV
   // pool runs short (snapshots hold pages).
   bool evict_one();
@@ -48,6 +50,7 @@ class PrefixCache {
     size_t bytes = 0;
   };
   size_t entry_bytes(int length) const;
+  std::list<Entry>::const_iterator find_longest(std::span<const int32_t> prompt, int max_len) const;
   void erase(std::list<Entry>::iterator it);
 
   HybridCache& cache_;

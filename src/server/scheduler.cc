@@ -137,6 +137,16 @@ bool Scheduler::admit(std::unique_ptr<Active>& a) {
   HybridCache& cache = engine_.cache();
   const GenRequest& r = a->req;
   if (slots_held_ + r.n > slots_) return false;
+  if (cache.has_kv()) {
+    // A first estimate, before copying any state: the pages beyond what a cached prefix would
+    // share whole, one more for its partial last page, and one per choice.
+    const int64_t b = cache.block_size(), plen = static_cast<int64_t>(r.prompt.size());
+    const int64_t match = prefix_.longest(r.prompt, static_cast<int>(plen) - 1);
+    const int64_t estimate = (plen + b - 1) / b - match / b + 1 + r.n;
+    while (estimate > cache.free_pages() - reserved_pages_ && prefix_.evict_one()) {
+    }
+    if (estimate > cache.free_pages() - reserved_pages_) return false;
+  }
   a->seq = engine_.new_sequence();
   // Never the whole prompt: its last position must run to give the first token's logits.
   a->pos = prefix_.restore_longest(a->seq, r.prompt, static_cast<int>(r.prompt.size()) - 1);

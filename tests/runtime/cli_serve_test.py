@@ -217,6 +217,7 @@ try:
     bad("content of the wrong type", {"messages": [{"role": "user", "content": 5}]}, 400, "messages[0].content",
         path="/v1/chat/completions")
     bad("invalid UTF-8", None, 400, None, raw=b'{"prompt": "\xff\xfe"}')
+    bad("a number beyond double's range", None, 400, None, raw=b'{"prompt": "x", "max_tokens": 1e309}')
     bad("a body that is not an object", None, 400, None, raw=b'[1, 2]')
     bad("missing prompt", {"max_tokens": 3}, 400, "prompt")
     bad("n of 0", {"prompt": "x", "n": 0}, 400, "n")
