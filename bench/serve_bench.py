@@ -112,14 +112,36 @@ def run_level(target, concurrency, requests, max_tokens, prompt_words, deadline_
             "itl_p99": percentile(gaps, 99)}
 
 
+def complete(target, body):
+    conn = http.client.HTTPConnection(target.host, target.port, timeout=300)
+    conn.request("POST", target.base + "/completions", body=json.dumps(body), headers={"Content-Type": "application/json"})
+    r = json.loads(conn.getresponse().read())
+    conn.close()
+    return r
+
+
 def prefix_reuse(target, prefix_tokens):
-    """TTFT of a request whose prefix was computed by an earlier one, against the same request cold."""
+    """TTFT with a cached prefix against the same request cold, each with 1 generated token:
+    (a) a prompt sharing its first prefix_tokens ids with an earlier one, then diverging: restored
+    from the last snapshot inside the shared part; (b) the next turn of a conversation (text): the
+    first turn's prompt and answer, then a new sentence: restored from the first turn's snapshots.
+    Returns (cold a, warm a, cached a, cold b, warm b, cached b)."""
     shared = [(i * 37 + 11) % 1000 + 100 for i in range(prefix_tokens)]
-    cold_prompt = [(i * 53 + 7) % 1000 + 100 for i in range(prefix_tokens)] + [5, 6, 7]
-    cold = target.stream({"prompt": cold_prompt, "max_tokens": 1, "temperature": 0})
+    cold_a = target.stream({"prompt": [(i * 53 + 7) % 1000 + 100 for i in range(prefix_tokens)] + [5, 6, 7],
+                            "max_tokens": 1, "temperature": 0})
     target.stream({"prompt": shared + [1, 2, 3], "max_tokens": 1, "temperature": 0})
-    warm = target.stream({"prompt": shared + [5, 6, 7], "max_tokens": 1, "temperature": 0})
-    return cold[0], warm[0], warm[3]
+    warm_a = target.stream({"prompt": shared + [5, 6, 7], "max_tokens": 1, "temperature": 0})
+
+    def text(seed, n_words):
+        return " ".join(f"w{(i * seed + 5) % 211}" for i in range(n_words))
+
+    turn1 = text(31, prefix_tokens // 3)
+    answer = complete(target, {"prompt": turn1, "max_tokens": 16, "temperature": 0, "ignore_eos": True})
+    turn2 = turn1 + answer["choices"][0]["text"] + " and then what happened next"
+    cold_b = target.stream({"prompt": text(17, prefix_tokens // 3) + answer["choices"][0]["text"] +
+                            " and then what happened next", "max_tokens": 1, "temperature": 0})
+    warm_b = target.stream({"prompt": turn2, "max_tokens": 1, "temperature": 0})
+    return cold_a[0], warm_a[0], warm_a[3], cold_b[0], warm_b[0], warm_b[3]
 
 
 def main():
@@ -135,6 +157,7 @@ def main():
     ap.add_argument("--deadline", type=float, default=120, help="seconds per level at most")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--markdown", action="store_true")
+    ap.add_argument("--server-args", default="", help="more flags for hybridlm serve (e.g. \"--no-mmap\")")
     a = ap.parse_args()
     levels = [int(x) for x in a.concurrency.split(",")]
     proc = None
@@ -143,7 +166,8 @@ def main():
         name = a.url
     else:
         proc = subprocess.Popen([a.hybridlm, "serve", "-m", a.model, "--port", "0", "-t", str(a.threads),
-                                 "--slots", str(max(levels)), "--max-queue", str(4 * max(levels)), "-c", "4096"],
+                                 "--slots", str(max(levels)), "--max-queue", str(4 * max(levels)), "-c", "4096",
+                                 *a.server_args.split()],
                                 stderr=subprocess.PIPE, text=True)
         port = None
         for line in proc.stderr:
@@ -156,7 +180,7 @@ def main():
         name = f"hybridlm serve -m {os.path.basename(os.path.normpath(a.model))} -t {a.threads}"
     try:
         rows = [run_level(target, c, max(a.requests, c), a.max_tokens, a.prompt_words, a.deadline) for c in levels]
-        cold, warm, cached = prefix_reuse(target, a.prefix_tokens)
+        reuse = prefix_reuse(target, a.prefix_tokens)
     finally:
         if proc:
             proc.terminate()
@@ -170,13 +194,18 @@ def main():
             print(f"| {r['concurrency']} | {r['requests']} | {r['tok_s']:.1f} | {r['tok_s'] / base:.2f}x | "
                   f"{r['ttft_p50'] * 1e3:.0f} / {r['ttft_p90'] * 1e3:.0f} | {r['itl_p50'] * 1e3:.1f} / "
                   f"{r['itl_p90'] * 1e3:.1f} / {r['itl_p99'] * 1e3:.1f} |")
-        print(f"\nprefix reuse, {a.prefix_tokens}-token shared prefix: TTFT cold {cold * 1e3:.0f} ms, "
-              f"warm {warm * 1e3:.0f} ms ({cached} tokens cached): {cold / warm:.1f}x")
+        ca, wa, na, cb, wb, nb = reuse
+        print(f"\nprefix reuse, a {a.prefix_tokens}-token shared prefix then a different end: TTFT cold "
+              f"{ca * 1e3:.0f} ms, warm {wa * 1e3:.0f} ms ({na} tokens restored): {ca / wa:.1f}x")
+        print(f"prefix reuse, the next turn of a ~{a.prefix_tokens}-token conversation: TTFT cold {cb * 1e3:.0f} ms, "
+              f"warm {wb * 1e3:.0f} ms ({nb} tokens restored): {cb / wb:.1f}x")
     else:
         for r in rows:
             print(json.dumps(r))
-        print(json.dumps({"prefix_tokens": a.prefix_tokens, "ttft_cold_s": cold, "ttft_warm_s": warm,
-                          "cached_tokens": cached, "speedup": cold / warm}))
+        ca, wa, na, cb, wb, nb = reuse
+        print(json.dumps({"prefix_tokens": a.prefix_tokens, "shared_prefix": {"ttft_cold_s": ca, "ttft_warm_s": wa,
+                                                                              "cached_tokens": na},
+                          "next_turn": {"ttft_cold_s": cb, "ttft_warm_s": wb, "cached_tokens": nb}}))
 
 
 if __name__ == "__main__":
