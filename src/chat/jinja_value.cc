@@ -150,6 +150,24 @@ std::string float_repr(double d) {
 
 namespace {
 
+// c as Python writes it in a string literal: \n, \r (and \t when `tab`), other control
+// characters as \xNN, the rest as is.
+void append_escaped(std::string& out, unsigned char c, bool tab) {
+  if (c == '\n') {
+    out += "\\n";
+  } else if (c == '\r') {
+    out += "\\r";
+  } else if (c == '\t' && tab) {
+    out += "\\t";
+  } else if (c < 0x20 || c == 0x7f) {
+    char b[8];
+    std::snprintf(b, sizeof b, "\\x%02x", c);
+    out += b;
+  } else {
+    out += static_cast<char>(c);
+  }
+}
+
 // Python's repr(str): single quotes unless the text has ' and no ".
 std::string str_repr(const std::string& s) {
   const bool dq = s.find('\'') != std::string::npos && s.find('"') == std::string::npos;
@@ -159,18 +177,8 @@ std::string str_repr(const std::string& s) {
     if (c == q || c == '\\') {
       out += '\\';
       out += static_cast<char>(c);
-    } else if (c == '\n') {
-      out += "\\n";
-    } else if (c == '\r') {
-      out += "\\r";
-    } else if (c == '\t') {
-      out += "\\t";
-    } else if (c < 0x20 || c == 0x7f) {
-      char b[8];
-      std::snprintf(b, sizeof b, "\\x%02x", c);
-      out += b;
     } else {
-      out += static_cast<char>(c);
+      append_escaped(out, c, true);
     }
   }
   return out + q;
@@ -388,19 +396,7 @@ bool equals(const Value& a, const Value& b) {
 
 std::string one_line(const std::string& msg) {
   std::string out;
-  for (unsigned char c : msg) {
-    if (c == '\n') {
-      out += "\\n";
-    } else if (c == '\r') {
-      out += "\\r";
-    } else if (c < 0x20 || c == 0x7f) {
-      char b[8];
-      std::snprintf(b, sizeof b, "\\x%02x", c);
-      out += b;
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
+  for (unsigned char c : msg) append_escaped(out, c, false);
   return out;
 }
 
