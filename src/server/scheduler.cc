@@ -227,7 +227,7 @@ void Scheduler::finish_choice(Active& a, Choice& c, const char* reason) {
     // the next turn of a conversation starts with.
     const int held = engine_.cache().seq_length(c.seq);
     if (c.index == 0 && held > 0 && held <= static_cast<int>(c.history.size()))
-      prefix_.insert(c.seq, std::span(c.history).first(static_cast<size_t>(held)));
+      keep_prefix(c.seq, std::span(c.history).first(static_cast<size_t>(held)));
     engine_.free_sequence(c.seq);
     if (c.seq == a.seq) a.seq = -1;
     c.seq = -1;
