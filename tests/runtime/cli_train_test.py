@@ -169,7 +169,7 @@ full_root = os.path.join(scratch, "full_disk")
 os.makedirs(full_root, exist_ok=True)
 mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=128k", "tmpfs", full_root],
                          capture_output=True).returncode == 0 if os.geteuid() == 0 else False
-cfg_full, out_full = write_yaml("bad_full_disk", RUN.replace("steps: 50", "steps: 2"),
+cfg_full, out_full = write_yaml("bad_full_disk", RUN.replace("steps: 50", "steps: 6"),
                                 out=os.path.join(full_root, "run"))
 
 
