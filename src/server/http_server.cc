@@ -17,21 +17,6 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-const char* reason_type(int status) {
-  switch (status) {
-    case 401:
-      return "authentication_error";
-    case 404:
-      return "not_found_error";
-    case 413:
-      return "invalid_request_error";
-    case 503:
-      return "service_unavailable_error";
-    default:
-      return status >= 500 ? "server_error" : "invalid_request_error";
-  }
-}
-
 void send_json(httplib::Response& res, int status, const json& body) {
   res.status = status;
   res.set_content(body.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
@@ -42,16 +27,6 @@ void send_error(httplib::Response& res, const ApiError& e) {
   if (e.status == 503) {
     res.set_header("Retry-After", "1");
   }
-}
-
-ApiError make_error(int status, std::string message, std::string param = "", std::string code = "") {
-  ApiError e;
-  e.status = status;
-  e.message = std::move(message);
-  e.type = reason_type(status);
-  e.param = std::move(param);
-  e.code = std::move(code);
-  return e;
 }
 
 // The API key check: its time depends on the key's length only, not on where a guess differs.
@@ -109,8 +84,8 @@ void HttpServer::Impl::routes() {
     const std::string prefix = "Bearer ";
     const std::string given = auth.rfind(prefix, 0) == 0 ? auth.substr(prefix.size()) : std::string();
     if (same_secret(given, opt.api_key)) return httplib::Server::HandlerResponse::Unhandled;
-    finish(res, make_error(401, "invalid API key: send the server's --api-key as Authorization: Bearer KEY", "",
-                           "invalid_api_key"));
+    finish(res, api_error(401, "invalid API key: send the server's --api-key as Authorization: Bearer KEY", "",
+                          "invalid_api_key"));
     return httplib::Server::HandlerResponse::Handled;
   });
   // Errors httplib answers itself (no route, an oversized body) get OpenAI's error body too.
@@ -122,7 +97,7 @@ void HttpServer::Impl::routes() {
                                                     std::to_string(opt.max_body_bytes) + " bytes"
                           : res.status == 405 ? "method " + req.method + " is not allowed on " + req.path
                                               : "the request could not be read";
-        const ApiError e = make_error(res.status, msg);
+        const ApiError e = api_error(res.status, msg);
         send_json(res, res.status, error_body(e));
         metrics.request_done(res.status);
         return httplib::Server::HandlerResponse::Handled;
@@ -135,11 +110,11 @@ void HttpServer::Impl::routes() {
       what = e.what();
     } catch (...) {
     }
-    finish(res, make_error(500, what));
+    finish(res, api_error(500, what));
   });
   svr.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
     if (!served()) {
-      send_json(res, 503, error_body(make_error(503, "loading the model")));
+      send_json(res, 503, error_body(api_error(503, "loading the model")));
       return;
     }
     send_json(res, 200, {{"status", "ok"}});
@@ -158,7 +133,7 @@ void HttpServer::Impl::routes() {
     auto m = served();
     const std::string id = req.matches[1];
     if (!m || id != m->id)
-      return finish(res, make_error(404, "model " + dump(json(id)) + " does not exist", "model", "model_not_found"));
+      return finish(res, api_error(404, "model " + dump(json(id)) + " does not exist", "model", "model_not_found"));
     send_json(res, 200, {{"id", m->id}, {"object", "model"}, {"created", 0}, {"owned_by", "hybridlm"}});
     metrics.request_done(200);
   });
@@ -170,7 +145,7 @@ void HttpServer::Impl::routes() {
 
 void HttpServer::Impl::generate(const httplib::Request& req, httplib::Response& res, bool chat) {
   auto m = served();
-  if (!m) return finish(res, make_error(503, "the model is still loading"));
+  if (!m) return finish(res, api_error(503, "the model is still loading"));
   ApiRequest ar;
   std::vector<int32_t> ids;
   std::string echo_text;
@@ -223,11 +198,11 @@ void HttpServer::Impl::generate(const httplib::Request& req, httplib::Response& 
   try {
     handle = m->scheduler->submit(ar.gen);
   } catch (const Error& e) {
-    return finish(res, make_error(400, e.what(), chat ? "messages" : "prompt"));
+    return finish(res, api_error(400, e.what(), chat ? "messages" : "prompt"));
   }
   if (!handle) {
-    ApiError e = make_error(503, "the server is busy: every slot is running and the queue is full; retry later", "",
-                            "server_is_overloaded");
+    ApiError e = api_error(503, "the server is busy: every slot is running and the queue is full; retry later", "",
+                           "server_is_overloaded");
     return finish(res, e);
   }
   const std::string id = make_id(chat ? "chatcmpl-" : "cmpl-");
@@ -261,7 +236,7 @@ void HttpServer::Impl::generate(const httplib::Request& req, httplib::Response& 
       }
     }
     if (!failed.empty()) {
-      finish(res, make_error(failed_status, failed));
+      finish(res, api_error(failed_status, failed));
       // A request that timed out would time out again: the client should not resend it at once.
       if (failed_status == 503) res.set_header("x-should-retry", "false");
       return;
@@ -364,7 +339,7 @@ void HttpServer::Impl::generate(const httplib::Request& req, httplib::Response& 
               ok = send(dump(chunk(json::array({c}))));
             } else if (ev.kind == GenEvent::Failed) {
               // After the 200 header an error travels in the stream, as OpenAI's client reads it.
-              send(dump(error_body(make_error(500, ev.message))));
+              send(dump(error_body(api_error(500, ev.message))));
               send("[DONE]");
               st->ended = true;
               sink.done();

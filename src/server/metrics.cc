@@ -96,28 +96,31 @@ std::string Metrics::prometheus() const {
     header(out, "hybridlm_requests_total", "counter", "HTTP requests answered, by status code");
     for (const auto& [status, n] : by_status_)
       line(out, "hybridlm_requests_total{status=\"%d\"} %" PRId64 "\n", status, n);
-    header(out, "hybridlm_prompt_tokens_total", "counter", "prompt tokens of admitted requests (cached ones included)");
-    line(out, "hybridlm_prompt_tokens_total %" PRId64 "\n", prompt_tokens_);
-    header(out, "hybridlm_generated_tokens_total", "counter", "tokens generated");
-    line(out, "hybridlm_generated_tokens_total %" PRId64 "\n", generated_tokens_);
-    header(out, "hybridlm_prefix_cache_hits_total", "counter", "requests that restored a cached prefix");
-    line(out, "hybridlm_prefix_cache_hits_total %" PRId64 "\n", prefix_hits_);
-    header(out, "hybridlm_prefix_cache_reused_tokens_total", "counter", "prompt tokens restored instead of computed");
-    line(out, "hybridlm_prefix_cache_reused_tokens_total %" PRId64 "\n", prefix_reused_);
-    header(out, "hybridlm_queue_depth", "gauge", "requests waiting for a slot");
-    line(out, "hybridlm_queue_depth %d\n", queue_depth_);
-    header(out, "hybridlm_slots_in_use", "gauge", "state slots held by running requests");
-    line(out, "hybridlm_slots_in_use %d\n", slots_in_use_);
-    header(out, "hybridlm_slots_total", "gauge", "state slots");
-    line(out, "hybridlm_slots_total %d\n", slots_total_);
-    header(out, "hybridlm_kv_pages_in_use", "gauge", "KV cache pages in use (running sequences and cached prefixes)");
-    line(out, "hybridlm_kv_pages_in_use %d\n", kv_in_use_);
-    header(out, "hybridlm_kv_pages_total", "gauge", "KV cache pages");
-    line(out, "hybridlm_kv_pages_total %d\n", kv_total_);
-    header(out, "hybridlm_prefix_cache_bytes", "gauge", "bytes held by cached prefixes");
-    line(out, "hybridlm_prefix_cache_bytes %zu\n", prefix_bytes_);
-    header(out, "hybridlm_prefix_cache_entries", "gauge", "cached prefixes");
-    line(out, "hybridlm_prefix_cache_entries %zu\n", prefix_entries_);
+    struct Scalar {
+      const char *name, *type, *help;
+      double value;
+    };
+    const Scalar scalars[] = {
+        {"hybridlm_prompt_tokens_total", "counter", "prompt tokens of admitted requests (cached ones included)",
+         static_cast<double>(prompt_tokens_)},
+        {"hybridlm_generated_tokens_total", "counter", "tokens generated", static_cast<double>(generated_tokens_)},
+        {"hybridlm_prefix_cache_hits_total", "counter", "requests that restored a cached prefix",
+         static_cast<double>(prefix_hits_)},
+        {"hybridlm_prefix_cache_reused_tokens_total", "counter", "prompt tokens restored instead of computed",
+         static_cast<double>(prefix_reused_)},
+        {"hybridlm_queue_depth", "gauge", "requests waiting for a slot", static_cast<double>(queue_depth_)},
+        {"hybridlm_slots_in_use", "gauge", "state slots held by running requests", static_cast<double>(slots_in_use_)},
+        {"hybridlm_slots_total", "gauge", "state slots", static_cast<double>(slots_total_)},
+        {"hybridlm_kv_pages_in_use", "gauge", "KV cache pages in use (running sequences and cached prefixes)",
+         static_cast<double>(kv_in_use_)},
+        {"hybridlm_kv_pages_total", "gauge", "KV cache pages", static_cast<double>(kv_total_)},
+        {"hybridlm_prefix_cache_bytes", "gauge", "bytes held by cached prefixes", static_cast<double>(prefix_bytes_)},
+        {"hybridlm_prefix_cache_entries", "gauge", "cached prefixes", static_cast<double>(prefix_entries_)},
+    };
+    for (const Scalar& m : scalars) {
+      header(out, m.name, m.type, m.help);
+      line(out, "%s %.0f\n", m.name, m.value);
+    }
   }
   ttft.write(out, "hybridlm_time_to_first_token_seconds", "time from admission request to the first generated token");
   itl.write(out, "hybridlm_inter_token_latency_seconds", "time between two generated tokens of one choice");

@@ -8,17 +8,39 @@ namespace hybridlm {
 
 using json = nlohmann::ordered_json;  // keys in the order written: requests as sent, responses as OpenAI lists them
 
-void throw_api(int status, std::string param, std::string message, std::string code) {
+namespace {
+
+// OpenAI's error type for an HTTP status.
+const char* error_type(int status) {
+  switch (status) {
+    case 401:
+      return "authentication_error";
+    case 404:
+      return "not_found_error";
+    case 503:
+      return "service_unavailable_error";
+    default:
+      return status >= 500 ? "server_error" : "invalid_request_error";
+  }
+}
+
+}  // namespace
+
+ApiError api_error(int status, std::string message, std::string param, std::string code) {
   ApiError e;
   e.status = status;
+  e.type = error_type(status);
   e.param = std::move(param);
   // One line whatever the request held (parse errors quote the bytes they stopped at).
   for (char& c : message)
     if (static_cast<unsigned char>(c) < 0x20) c = ' ';
   e.message = std::move(message);
   e.code = std::move(code);
-  if (status == 404) e.type = "not_found_error";
-  throw e;
+  return e;
+}
+
+void throw_api(int status, std::string param, std::string message, std::string code) {
+  throw api_error(status, std::move(message), std::move(param), std::move(code));
 }
 
 json error_body(const ApiError& e) {

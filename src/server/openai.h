@@ -21,6 +21,8 @@ struct ApiError {
   std::string param;  // the field at fault ("" = null)
   std::string code;   // "" = null
 };
+// An error of `status` with OpenAI's type for it; control characters in the message become spaces.
+ApiError api_error(int status, std::string message, std::string param = "", std::string code = "");
 [[noreturn]] void throw_api(int status, std::string param, std::string message, std::string code = "");
 // {"error": {"message", "type", "param", "code"}}
 nlohmann::ordered_json error_body(const ApiError& e);

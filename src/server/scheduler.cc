@@ -58,6 +58,8 @@ struct Scheduler::Choice {
   Clock::time_point last_token;
   std::vector<TokenLogprob> held_logprobs;  // tokens whose text the stop matcher still holds
   std::vector<float> logits;
+  std::vector<double> logsm;   // log-softmax of the logits (logprobs requested), reused each token
+  std::vector<int32_t> order;  // ids, partially sorted by logsm
 };
 
 struct Scheduler::Active {
@@ -246,7 +248,7 @@ void Scheduler::emit_token(Active& a, Choice& c, std::span<float> logits) {
   const GenRequest& r = a.req;
   std::fill(logits.begin() + decodable_, logits.end(), -std::numeric_limits<float>::infinity());
   TokenLogprob lp;
-  std::vector<double> logsm;
+  std::vector<double>& logsm = c.logsm;
   if (r.top_logprobs >= 0) {  // the model's distribution, before penalties and temperature
     const float mx = *std::max_element(logits.begin(), logits.end());
     double sum = 0;
@@ -254,7 +256,8 @@ void Scheduler::emit_token(Active& a, Choice& c, std::span<float> logits) {
     const double lse = mx + std::log(sum);
     logsm.resize(logits.size());
     for (size_t i = 0; i < logits.size(); ++i) logsm[i] = logits[i] - lse;
-    std::vector<int32_t> idx(logits.size());
+    std::vector<int32_t>& idx = c.order;
+    idx.resize(logits.size());
     for (size_t i = 0; i < idx.size(); ++i) idx[i] = static_cast<int32_t>(i);
     const size_t k = std::min<size_t>(static_cast<size_t>(r.top_logprobs), idx.size());
     std::partial_sort(idx.begin(), idx.begin() + k, idx.end(),
