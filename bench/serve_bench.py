@@ -123,14 +123,17 @@ def complete(target, body):
 def prefix_reuse(target, prefix_tokens):
     """TTFT with a cached prefix against the same request cold, each with 1 generated token:
     (a) a prompt sharing its first prefix_tokens ids with an earlier one, then diverging: restored
-    from the last snapshot inside the shared part; (b) the next turn of a conversation (text): the
+    from the last snapshot inside the shared part, and a third such prompt, restored from where the
+    second branched off; (b) the next turn of a conversation (text): the
     first turn's prompt and answer, then a new sentence: restored from the first turn's snapshots.
-    Returns (cold a, warm a, cached a, cold b, warm b, cached b)."""
+    Returns (cold a, warm a, cached a, third a, cached third a, cold b, warm b, cached b)."""
     shared = [(i * 37 + 11) % 1000 + 100 for i in range(prefix_tokens)]
     cold_a = target.stream({"prompt": [(i * 53 + 7) % 1000 + 100 for i in range(prefix_tokens)] + [5, 6, 7],
                             "max_tokens": 1, "temperature": 0})
     target.stream({"prompt": shared + [1, 2, 3], "max_tokens": 1, "temperature": 0})
     warm_a = target.stream({"prompt": shared + [5, 6, 7], "max_tokens": 1, "temperature": 0})
+    # A third prompt on the same branch: the second kept the state where it branched off.
+    third_a = target.stream({"prompt": shared + [8, 9, 10], "max_tokens": 1, "temperature": 0})
 
     def text(seed, n_words):
         return " ".join(f"w{(i * seed + 5) % 211}" for i in range(n_words))
@@ -141,7 +144,7 @@ def prefix_reuse(target, prefix_tokens):
     cold_b = target.stream({"prompt": text(17, prefix_tokens // 3) + answer["choices"][0]["text"] +
                             " and then what happened next", "max_tokens": 1, "temperature": 0})
     warm_b = target.stream({"prompt": turn2, "max_tokens": 1, "temperature": 0})
-    return cold_a[0], warm_a[0], warm_a[3], cold_b[0], warm_b[0], warm_b[3]
+    return cold_a[0], warm_a[0], warm_a[3], third_a[0], third_a[3], cold_b[0], warm_b[0], warm_b[3]
 
 
 def main():
@@ -194,17 +197,20 @@ def main():
             print(f"| {r['concurrency']} | {r['requests']} | {r['tok_s']:.1f} | {r['tok_s'] / base:.2f}x | "
                   f"{r['ttft_p50'] * 1e3:.0f} / {r['ttft_p90'] * 1e3:.0f} | {r['itl_p50'] * 1e3:.1f} / "
                   f"{r['itl_p90'] * 1e3:.1f} / {r['itl_p99'] * 1e3:.1f} |")
-        ca, wa, na, cb, wb, nb = reuse
+        ca, wa, na, ta, nta, cb, wb, nb = reuse
         print(f"\nprefix reuse, a {a.prefix_tokens}-token shared prefix then a different end: TTFT cold "
-              f"{ca * 1e3:.0f} ms, warm {wa * 1e3:.0f} ms ({na} tokens restored): {ca / wa:.1f}x")
+              f"{ca * 1e3:.0f} ms, warm {wa * 1e3:.0f} ms ({na} tokens restored): {ca / wa:.1f}x; "
+              f"a third such prompt {ta * 1e3:.0f} ms ({nta} restored): {ca / ta:.1f}x")
         print(f"prefix reuse, the next turn of a ~{a.prefix_tokens}-token conversation: TTFT cold {cb * 1e3:.0f} ms, "
               f"warm {wb * 1e3:.0f} ms ({nb} tokens restored): {cb / wb:.1f}x")
     else:
         for r in rows:
             print(json.dumps(r))
-        ca, wa, na, cb, wb, nb = reuse
+        ca, wa, na, ta, nta, cb, wb, nb = reuse
         print(json.dumps({"prefix_tokens": a.prefix_tokens, "shared_prefix": {"ttft_cold_s": ca, "ttft_warm_s": wa,
-                                                                              "cached_tokens": na},
+                                                                              "cached_tokens": na,
+                                                                              "ttft_third_s": ta,
+                                                                              "third_cached_tokens": nta},
                           "next_turn": {"ttft_cold_s": cb, "ttft_warm_s": wb, "cached_tokens": nb}}))
 
 

@@ -85,6 +85,19 @@ int PrefixCache::longest(std::span<const int32_t> prompt, int max_len) const {
   return best == lru_.end() ? 0 : static_cast<int>(best->tokens.size());
 }
 
+int PrefixCache::shared_length(std::span<const int32_t> prompt, int max_len) const {
+  const size_t n = std::min<size_t>(prompt.size(), static_cast<size_t>(std::max(max_len, 0)));
+  size_t best = 0;
+  for (const Entry& e : lru_) {
+    const size_t m = std::min(n, e.tokens.size());
+    if (m <= best) continue;
+    const auto diverge = std::mismatch(prompt.begin(), prompt.begin() + static_cast<std::ptrdiff_t>(m), e.tokens.begin());
+    best = std::max(best, static_cast<size_t>(diverge.first - prompt.begin()));
+    if (best == n) break;
+  }
+  return static_cast<int>(best);
+}
+
 int PrefixCache::restore_longest(int seq, std::span<const int32_t> prompt, int max_len) {
   const auto found = find_longest(prompt, max_len);
   if (found == lru_.end()) return 0;

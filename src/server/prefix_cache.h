@@ -34,6 +34,10 @@ class PrefixCache {
   int restore_longest(int seq, std::span<const int32_t> prompt, int max_len);
   // The length restore_longest would restore, without restoring (and without marking it used).
   int longest(std::span<const int32_t> prompt, int max_len) const;
+  // The longest common prefix of `prompt` (at most `max_len` tokens) with the tokens of any kept
+  // snapshot, whether or not a snapshot ends there: where the prompt branches off text seen
+  // before. A snapshot kept at that point serves every later prompt on the same branch.
+  int shared_length(std::span<const int32_t> prompt, int max_len) const;
   // Drops the least recently used entry; false when there is none. For the scheduler when the KV
   // pool runs short (snapshots hold pages).
   bool evict_one();

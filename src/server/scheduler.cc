@@ -70,6 +70,7 @@ struct Scheduler::Active {
   int pos = 0;   // prompt tokens in the cache
   bool prefilled = false, finished = false;
   int cached = 0;
+  int branch = 0;  // where the prompt leaves text a kept snapshot holds: a snapshot point (0: none)
   int64_t reserved_pages = 0;  // KV pages promised to the rest of its prompt (and the forks' first pages)
   std::vector<std::unique_ptr<Choice>> choices;
 };
@@ -169,6 +170,11 @@ bool Scheduler::admit(std::unique_ptr<Active>& a) {
   }
   slots_held_ += r.n;
   a->cached = a->pos;
+  // A prompt that follows kept text past the restored point and then branches off: its prefill
+  // stops and keeps a snapshot where it branches, so that later prompts on this branch (the same
+  // system prompt or document, another question) restore all of the shared text.
+  if (const int shared = prefix_.shared_length(r.prompt, static_cast<int>(r.prompt.size()) - 1); shared > a->pos)
+    a->branch = shared;
   if (a->cached > 0) metrics_.prefix_hit(a->cached);
   metrics_.add_prompt_tokens(static_cast<int64_t>(r.prompt.size()), a->cached);
   {
@@ -348,6 +354,7 @@ bool Scheduler::step_once() {
       const int next = (a->pos / opt_.snapshot_interval + 1) * opt_.snapshot_interval;
       if (next < plen) len = std::min(len, next - a->pos);
     }
+    if (a->branch > a->pos) len = std::min(len, a->branch - a->pos);
     if (cache.has_kv()) {
       const int64_t need = std::min(cache.pages_needed(a->seq, len), a->reserved_pages);
       a->reserved_pages -= need;
@@ -376,8 +383,8 @@ bool Scheduler::step_once() {
   for (const PrefillRun& p : prefills) {
     Active& a = *p.a;
     a.pos += p.len;
-    if (opt_.snapshot_interval > 0 && a.pos % opt_.snapshot_interval == 0 &&
-        a.pos < static_cast<int>(a.req.prompt.size()))
+    if (a.pos < static_cast<int>(a.req.prompt.size()) &&
+        ((opt_.snapshot_interval > 0 && a.pos % opt_.snapshot_interval == 0) || a.pos == a.branch))
       keep_prefix(a.seq, std::span(a.req.prompt).first(static_cast<size_t>(a.pos)));
   }
   for (size_t i = 0; i < owners.size(); ++i) {

@@ -133,7 +133,8 @@ TEST_P(Scheduling, ConcurrentRequestsEqualEachAlone) {
 }
 
 // A prompt sharing a prefix with an earlier one restores the snapshot at the last snapshot point
-// inside the shared part and prefills the rest; a next turn (prompt + answer + more) restores the
+// inside the shared part and prefills the rest, keeping a snapshot where it branches off, which a
+// third prompt on the same branch restores whole; a next turn (prompt + answer + more) restores the
 // whole earlier conversation. Both give exactly the tokens of a cold run.
 TEST_P(Scheduling, PrefixReuseGivesTheColdTokens) {
   Engine e(fixture(GetParam()), engine_options(2));
@@ -160,6 +161,15 @@ TEST_P(Scheduling, PrefixReuseGivesTheColdTokens) {
   const Result r2 = collect(*h2, 1);
   ASSERT_EQ(r2.failed, "");
   EXPECT_EQ(r2.usage.cached_tokens, 128);  // the last multiple of 32 within the 150 shared tokens
+  // p2 branched off p1 after the 150 shared tokens: its prefill kept a snapshot there, so a third
+  // prompt on that branch restores all of them.
+  std::vector<int32_t> p4 = shared;
+  const std::vector<int32_t> t4 = random_ids(9, V, 9);
+  p4.insert(p4.end(), t4.begin(), t4.end());
+  auto h4 = warm.submit(request(p4, 4, 8));
+  const Result r4 = collect(*h4, 1);
+  ASSERT_EQ(r4.failed, "");
+  EXPECT_EQ(r4.usage.cached_tokens, 150);
   // The next turn: p1, its answer, and a new message.
   std::vector<int32_t> p3 = p1;
   p3.insert(p3.end(), r1.tokens[0].begin(), r1.tokens[0].end());
@@ -170,10 +180,10 @@ TEST_P(Scheduling, PrefixReuseGivesTheColdTokens) {
   ASSERT_EQ(r3.failed, "");
   // The sequence held the prompt and every generated token but the last (never fed).
   EXPECT_EQ(r3.usage.cached_tokens, static_cast<int>(p1.size() + r1.tokens[0].size()) - 1);
-  EXPECT_EQ(m.prefix_hits(), 2);
+  EXPECT_EQ(m.prefix_hits(), 3);
 
   Scheduler cold(e, neox(), cold_opt, m);
-  for (auto [prompt, seed, warm_result] : {std::tuple{&p2, 2, &r2}, std::tuple{&p3, 3, &r3}}) {
+  for (auto [prompt, seed, warm_result] : {std::tuple{&p2, 2, &r2}, std::tuple{&p3, 3, &r3}, std::tuple{&p4, 4, &r4}}) {
     auto h = cold.submit(request(*prompt, static_cast<uint64_t>(seed), 8));
     const Result r = collect(*h, 1);
     EXPECT_EQ(r.usage.cached_tokens, 0);

@@ -188,7 +188,7 @@ Subcommand add_serve(CLI::App& parent) {
       ->capture_default_str();
   app->add_option("--snapshot-interval", f->sched.snapshot_interval,
                   "keep the state every this many prompt tokens during prefill, for prefix reuse (0 = only at the end "
-                  "of each prompt and each request)")
+                  "of each prompt and each request, and where a prompt branches off cached text)")
       ->capture_default_str();
   app->add_option("--max-queue", f->sched.max_queue, "requests that may wait for a slot; beyond it the answer is 503")
       ->capture_default_str();
