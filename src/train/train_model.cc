@@ -62,7 +62,7 @@ struct TrainModel::Layer {
 };
 
 TrainModel::TrainModel(HybridConfig cfg, const KernelTable& ops, ThreadPool* pool)
-    : cfg_(std::move(cfg)), ctx_{pool, &ops} {
+    : cfg_(std::move(cfg)), ctx_{pool, &ops, &scratch_} {
   check_supported();
   build_tensors();
 }
@@ -263,6 +263,7 @@ namespace {
 struct Pass {
   const KernelContext& ctx;
   int B, T, H;
+  TrainWorkspace& ws;  // the backward passes' temporaries, kept between steps
   size_t M() const { return static_cast<size_t>(B) * T; }
 };
 
@@ -308,33 +309,36 @@ void mamba1_backward(const Pass& P, TrainModel::Layer& L, const float* u, const 
   const int I = s.d_inner, N = s.d_state, K = s.d_conv, R = s.dt_rank, W1 = R + 2 * N;
   const size_t M = P.M(), T = P.T;
   const int Mi = static_cast<int>(M);
-  std::vector<float> dy(M * I), dconv(M * I), ddt(M * I), ddbc(M * W1), dproj(M * 2 * I), dA(L.A.size(), 0.0f);
-  ctx.ops->matmul_backward(ctx, view(L.out_proj.p, P.H, I), L.y.data(), dout, Mi, dy.data(), L.out_proj.g,
-                           L.out_bias.g);
+  // Every kernel writes these whole (ops.inc), so they are not cleared; dA accumulates.
+  float* dy = P.ws.get(0, M * I);
+  float* dconv = P.ws.get(1, M * I);
+  float* ddt = P.ws.get(2, M * I);
+  float* ddbc = P.ws.get(3, M * W1);
+  float* dproj = P.ws.get(4, M * 2 * I);
+  std::vector<float> dA(L.A.size(), 0.0f);
+  ctx.ops->matmul_backward(ctx, view(L.out_proj.p, P.H, I), L.y.data(), dout, Mi, dy, L.out_proj.g, L.out_bias.g);
   for (int b = 0; b < P.B; ++b) {
     const float* bc = L.dbc.data() + b * T * W1;
-    float* dbc = ddbc.data() + b * T * W1;
+    float* dbc = ddbc + b * T * W1;
     ctx.ops->mamba1_scan_backward(ctx, L.conv.data() + b * T * I, I, L.dt.data() + b * T * I, L.A.data(), bc + R,
                                   bc + R + N, W1, L.D.p, L.proj.data() + b * T * 2 * I + I, 2 * I, nullptr, P.T, I,
-                                  N, dy.data() + b * T * I, dconv.data() + b * T * I, I, ddt.data() + b * T * I,
-                                  dA.data(), dbc + R, dbc + R + N, W1, L.D.g, dproj.data() + b * T * 2 * I + I,
-                                  2 * I, nullptr);
+                                  N, dy + b * T * I, dconv + b * T * I, I, ddt + b * T * I, dA.data(), dbc + R,
+                                  dbc + R + N, W1, L.D.g, dproj + b * T * 2 * I + I, 2 * I, nullptr);
   }
   for (size_t i = 0; i < dA.size(); ++i) L.A_log.g[i] += dA[i] * L.A[i];  // dA/dA_log = A
   for (size_t i = 0; i < M * I; ++i) ddt[i] *= softplus_grad(L.dt_raw[i]);
-  std::vector<float> ddtl(M * R), dconv2(M * I);
-  ctx.ops->matmul_backward(ctx, view(L.dt_proj.p, I, R), L.dtl.data(), ddt.data(), Mi, ddtl.data(), L.dt_proj.g,
-                           L.dt_bias.g);
-  for (size_t t = 0; t < M; ++t) std::copy(&ddtl[t * R], &ddtl[t * R] + R, &ddbc[t * W1]);
-  ctx.ops->matmul_backward(ctx, view(L.x_proj.p, W1, I), L.conv.data(), ddbc.data(), Mi, dconv2.data(), L.x_proj.g,
-                           nullptr);
-  add_into(dconv.data(), dconv2.data(), M * I);
+  float* ddtl = P.ws.get(5, M * R);
+  float* dconv2 = P.ws.get(6, M * I);
+  ctx.ops->matmul_backward(ctx, view(L.dt_proj.p, I, R), L.dtl.data(), ddt, Mi, ddtl, L.dt_proj.g, L.dt_bias.g);
+  for (size_t t = 0; t < M; ++t) std::copy(ddtl + t * R, ddtl + t * R + R, ddbc + t * W1);
+  ctx.ops->matmul_backward(ctx, view(L.x_proj.p, W1, I), L.conv.data(), ddbc, Mi, dconv2, L.x_proj.g, nullptr);
+  add_into(dconv, dconv2, M * I);
   const std::vector<float> zeros(static_cast<size_t>(K - 1) * I, 0.0f);
   for (int b = 0; b < P.B; ++b)
     ctx.ops->conv1d_causal_backward(ctx, L.proj.data() + b * T * 2 * I, 2 * I, L.conv_w.p, L.conv_b.p, zeros.data(),
-                                    P.T, I, K, true, dconv.data() + b * T * I, dproj.data() + b * T * 2 * I, 2 * I,
-                                    L.conv_w.g, L.conv_b.g, nullptr);
-  ctx.ops->matmul_backward(ctx, view(L.in_proj.p, 2 * I, P.H), u, dproj.data(), Mi, du, L.in_proj.g, L.in_bias.g);
+                                    P.T, I, K, true, dconv + b * T * I, dproj + b * T * 2 * I, 2 * I, L.conv_w.g,
+                                    L.conv_b.g, nullptr);
+  ctx.ops->matmul_backward(ctx, view(L.in_proj.p, 2 * I, P.H), u, dproj, Mi, du, L.in_proj.g, L.in_bias.g);
 }
 
 void mamba2_forward(const Pass& P, TrainModel::Layer& L, const float* u, float* out) {
@@ -383,20 +387,25 @@ void mamba2_backward(const Pass& P, TrainModel::Layer& L, const float* u, const 
   const int W = s.in_proj_dim(), cd = s.conv_dim();
   const size_t M = P.M(), T = P.T;
   const int Mi = static_cast<int>(M);
-  std::vector<float> dg(M * I), dy(M * I), dproj(M * W), dconv(M * cd), ddt(M * nh), dA(nh, 0.0f);
-  ctx.ops->matmul_backward(ctx, view(L.out_proj.p, P.H, I), L.g.data(), dout, Mi, dg.data(), L.out_proj.g,
-                           L.out_bias.g);
+  // Every kernel writes these whole (ops.inc; dproj: z by the gated norm, x B C by the conv, dt
+  // below), so they are not cleared; dA accumulates.
+  float* dg = P.ws.get(0, M * I);
+  float* dy = P.ws.get(1, M * I);
+  float* dproj = P.ws.get(2, M * W);
+  float* dconv = P.ws.get(3, M * cd);
+  float* ddt = P.ws.get(4, M * nh);
+  std::vector<float> dA(nh, 0.0f);
+  ctx.ops->matmul_backward(ctx, view(L.out_proj.p, P.H, I), L.g.data(), dout, Mi, dg, L.out_proj.g, L.out_bias.g);
   const int group = s.norm_grouping == NormGrouping::Grouped ? I / G : I;
-  ctx.ops->gated_rmsnorm_backward(ctx, L.y.data(), L.proj.data(), W, L.norm.p, Mi, I, group, s.norm_eps, dg.data(),
-                                  dy.data(), dproj.data(), W, L.norm.g);
+  ctx.ops->gated_rmsnorm_backward(ctx, L.y.data(), L.proj.data(), W, L.norm.p, Mi, I, group, s.norm_eps, dg, dy, dproj,
+                                  W, L.norm.g);
   const SsdDims dims{nh, s.head_dim, G, N};
   for (int b = 0; b < P.B; ++b) {
     const float* xr = L.conv.data() + b * T * cd;
-    float* dxr = dconv.data() + b * T * cd;
+    float* dxr = dconv + b * T * cd;
     ctx.ops->ssd_scan_backward(ctx, xr, cd, L.dt.data() + b * T * nh, L.A.data(), xr + I, xr + I + G * N, cd, L.D.p,
-                               dims, std::min(s.chunk_size, kTrainSsdChunk), nullptr, P.T, dy.data() + b * T * I,
-                               dxr, cd, ddt.data() + b * T * nh, dA.data(), dxr + I, dxr + I + G * N, cd, L.D.g,
-                               nullptr);
+                               dims, std::min(s.chunk_size, kTrainSsdChunk), nullptr, P.T, dy + b * T * I, dxr, cd,
+                               ddt + b * T * nh, dA.data(), dxr + I, dxr + I + G * N, cd, L.D.g, nullptr);
   }
   for (int h = 0; h < nh; ++h) L.A_log.g[h] += dA[h] * L.A[h];
   // dt = clamp(softplus(raw), dt_min, dt_max): the clamp passes the gradient inside its bounds.
@@ -410,9 +419,9 @@ void mamba2_backward(const Pass& P, TrainModel::Layer& L, const float* u, const 
   const std::vector<float> zeros(static_cast<size_t>(K - 1) * cd, 0.0f);
   for (int b = 0; b < P.B; ++b)
     ctx.ops->conv1d_causal_backward(ctx, L.proj.data() + b * T * W + I, W, L.conv_w.p, L.conv_b.p, zeros.data(), P.T,
-                                    cd, K, true, dconv.data() + b * T * cd, dproj.data() + b * T * W + I, W,
-                                    L.conv_w.g, L.conv_b.g, nullptr);
-  ctx.ops->matmul_backward(ctx, view(L.in_proj.p, W, P.H), u, dproj.data(), Mi, du, L.in_proj.g, L.in_bias.g);
+                                    cd, K, true, dconv + b * T * cd, dproj + b * T * W + I, W, L.conv_w.g, L.conv_b.g,
+                                    nullptr);
+  ctx.ops->matmul_backward(ctx, view(L.in_proj.p, W, P.H), u, dproj, Mi, du, L.in_proj.g, L.in_bias.g);
 }
 
 PagedKv contiguous_kv(const float* k, const float* v, int T, int n_kv, int hd, const int32_t* page0) {
@@ -465,33 +474,35 @@ void attention_backward(const Pass& P, TrainModel::Layer& L, const float* u, con
   const int nh = s.n_heads, kvh = s.n_kv_heads, hd = s.head_dim, qd = nh * hd, kd = kvh * hd;
   const size_t M = P.M(), T = P.T;
   const int Mi = static_cast<int>(M);
-  std::vector<float> datt(M * qd), dq(M * qd), dk(M * kd), dv(M * kd), tmp(M * P.H);
-  ctx.ops->matmul_backward(ctx, view(L.o.p, P.H, qd), L.att.data(), dout, Mi, datt.data(), L.o.g, L.o_bias.g);
+  // Every kernel writes these whole (ops.inc), so they are not cleared.
+  float* datt = P.ws.get(0, M * qd);
+  float* dq = P.ws.get(1, M * qd);
+  float* dk = P.ws.get(2, M * kd);
+  float* dv = P.ws.get(3, M * kd);
+  float* tmp = P.ws.get(4, M * P.H);
+  ctx.ops->matmul_backward(ctx, view(L.o.p, P.H, qd), L.att.data(), dout, Mi, datt, L.o.g, L.o_bias.g);
   for (int b = 0; b < P.B; ++b) {
     ctx.ops->attention_backward(ctx, L.qa.data() + b * T * qd, qd, L.ka.data() + b * T * kd,
-                                L.va.data() + b * T * kd, P.T, nh, kvh, hd, s.softmax_scale(),
-                                datt.data() + b * T * qd, dq.data() + b * T * qd, dk.data() + b * T * kd,
-                                dv.data() + b * T * kd);
+                                L.va.data() + b * T * kd, P.T, nh, kvh, hd, s.softmax_scale(), datt + b * T * qd,
+                                dq + b * T * qd, dk + b * T * kd, dv + b * T * kd);
     if (s.rope_dim > 0) {
-      ctx.ops->rope_backward(ctx, dq.data() + b * T * qd, qd, P.T, 0, nh, hd, s.rope_dim, s.rope_theta);
-      ctx.ops->rope_backward(ctx, dk.data() + b * T * kd, kd, P.T, 0, kvh, hd, s.rope_dim, s.rope_theta);
+      ctx.ops->rope_backward(ctx, dq + b * T * qd, qd, P.T, 0, nh, hd, s.rope_dim, s.rope_theta);
+      ctx.ops->rope_backward(ctx, dk + b * T * kd, kd, P.T, 0, kvh, hd, s.rope_dim, s.rope_theta);
     }
   }
-  if (s.qk_norm) {
-    std::vector<float> d(M * qd);
-    ctx.ops->rmsnorm_backward(ctx, L.q_pre.data(), L.q_norm.p, dq.data(), Mi * nh, hd, s.qk_norm_eps, d.data(),
-                              L.q_norm.g);
-    dq.swap(d);
-    d.resize(M * kd);
-    ctx.ops->rmsnorm_backward(ctx, L.k_pre.data(), L.k_norm.p, dk.data(), Mi * kvh, hd, s.qk_norm_eps, d.data(),
-                              L.k_norm.g);
-    dk.swap(d);
+  if (s.qk_norm) {  // through the norms: the gradients before them replace dq and dk
+    float* dqn = P.ws.get(5, M * qd);
+    ctx.ops->rmsnorm_backward(ctx, L.q_pre.data(), L.q_norm.p, dq, Mi * nh, hd, s.qk_norm_eps, dqn, L.q_norm.g);
+    dq = dqn;
+    float* dkn = P.ws.get(6, M * kd);
+    ctx.ops->rmsnorm_backward(ctx, L.k_pre.data(), L.k_norm.p, dk, Mi * kvh, hd, s.qk_norm_eps, dkn, L.k_norm.g);
+    dk = dkn;
   }
-  ctx.ops->matmul_backward(ctx, view(L.q.p, qd, P.H), u, dq.data(), Mi, du, L.q.g, L.q_bias.g);
-  ctx.ops->matmul_backward(ctx, view(L.k.p, kd, P.H), u, dk.data(), Mi, tmp.data(), L.k.g, L.k_bias.g);
-  add_into(du, tmp.data(), M * P.H);
-  ctx.ops->matmul_backward(ctx, view(L.v.p, kd, P.H), u, dv.data(), Mi, tmp.data(), L.v.g, L.v_bias.g);
-  add_into(du, tmp.data(), M * P.H);
+  ctx.ops->matmul_backward(ctx, view(L.q.p, qd, P.H), u, dq, Mi, du, L.q.g, L.q_bias.g);
+  ctx.ops->matmul_backward(ctx, view(L.k.p, kd, P.H), u, dk, Mi, tmp, L.k.g, L.k_bias.g);
+  add_into(du, tmp, M * P.H);
+  ctx.ops->matmul_backward(ctx, view(L.v.p, kd, P.H), u, dv, Mi, tmp, L.v.g, L.v_bias.g);
+  add_into(du, tmp, M * P.H);
 }
 
 void mlp_forward(const Pass& P, TrainModel::Layer& L, const float* u, float* out) {
@@ -515,26 +526,61 @@ void mlp_backward(const Pass& P, TrainModel::Layer& L, const float* u, const flo
   const MlpSpec& s = L.spec->ffn.mlp;
   const KernelContext& ctx = P.ctx;
   const int F = s.d_ff, Mi = static_cast<int>(P.M());
-  std::vector<float> dm(P.M() * F), db(P.M() * F);
-  ctx.ops->matmul_backward(ctx, view(L.down.p, P.H, F), L.m.data(), dout, Mi, dm.data(), L.down.g, nullptr);
+  // Every kernel writes these whole (ops.inc), so they are not cleared.
+  float* dm = P.ws.get(0, P.M() * F);
+  float* db = P.ws.get(1, P.M() * F);
+  ctx.ops->matmul_backward(ctx, view(L.down.p, P.H, F), L.m.data(), dout, Mi, dm, L.down.g, nullptr);
   if (s.gated) {
-    std::vector<float> da(P.M() * F), tmp(P.M() * P.H);
-    ctx.ops->activation_backward(ctx, s.act, L.a.data(), L.b.data(), F, Mi, F, dm.data(), da.data(), db.data());
-    ctx.ops->matmul_backward(ctx, view(L.gate.p, F, P.H), u, da.data(), Mi, du, L.gate.g, nullptr);
-    ctx.ops->matmul_backward(ctx, view(L.up.p, F, P.H), u, db.data(), Mi, tmp.data(), L.up.g, nullptr);
-    add_into(du, tmp.data(), P.M() * P.H);
+    float* da = P.ws.get(2, P.M() * F);
+    float* tmp = P.ws.get(3, P.M() * P.H);
+    ctx.ops->activation_backward(ctx, s.act, L.a.data(), L.b.data(), F, Mi, F, dm, da, db);
+    ctx.ops->matmul_backward(ctx, view(L.gate.p, F, P.H), u, da, Mi, du, L.gate.g, nullptr);
+    ctx.ops->matmul_backward(ctx, view(L.up.p, F, P.H), u, db, Mi, tmp, L.up.g, nullptr);
+    add_into(du, tmp, P.M() * P.H);
   } else {
-    ctx.ops->activation_backward(ctx, s.act, L.b.data(), nullptr, F, Mi, F, dm.data(), db.data(), nullptr);
-    ctx.ops->matmul_backward(ctx, view(L.up.p, F, P.H), u, db.data(), Mi, du, L.up.g, nullptr);
+    ctx.ops->activation_backward(ctx, s.act, L.b.data(), nullptr, F, Mi, F, dm, db, nullptr);
+    ctx.ops->matmul_backward(ctx, view(L.up.p, F, P.H), u, db, Mi, du, L.up.g, nullptr);
   }
 }
 
 }  // namespace
 
+// The kernels' scratch for calls of `tokens` rows: the model's shapes, forward and backward (the
+// transposed products of matmul_backward); grown, never shrunk.
+void TrainModel::reserve_kernels(int tokens) {
+  if (tokens <= scratch_tokens_) return;
+  scratch_tokens_ = tokens;
+  KernelLimits lim;
+  lim.tokens = tokens;
+  lim.backward = true;
+  for (const TrainTensor& t : tensors_)
+    if (t.shape.size() == 2) {
+      lim.matmul_rows = std::max(lim.matmul_rows, static_cast<int>(t.shape[0]));
+      lim.matmul_cols = std::max(lim.matmul_cols, static_cast<int>(t.shape[1]));
+    }
+  for (const BlockSpec& b : cfg_.blocks) {
+    if (b.mixer == MixerKind::Mamba1) {
+      lim.conv_channels = std::max(lim.conv_channels, b.m1.d_inner);
+      lim.conv_width = std::max(lim.conv_width, b.m1.d_conv);
+      lim.d_state = std::max(lim.d_state, b.m1.d_state);
+    } else if (b.mixer == MixerKind::Mamba2) {
+      lim.conv_channels = std::max(lim.conv_channels, b.m2.conv_dim());
+      lim.conv_width = std::max(lim.conv_width, b.m2.d_conv);
+      lim.d_state = std::max(lim.d_state, b.m2.d_state);
+      lim.head_dim = std::max(lim.head_dim, b.m2.head_dim);
+      lim.n_groups = std::max(lim.n_groups, b.m2.n_groups);
+      lim.ssd_chunk = std::max(lim.ssd_chunk, std::min(b.m2.chunk_size, kTrainSsdChunk));
+    }
+  }
+  scratch_.reserve(ctx_.pool ? ctx_.pool->size() : 1, ctx_.ops->scratch_floats(lim));
+}
+
 double TrainModel::forward_backward(const int32_t* ids, int B, int len, bool backward, float grad_scale) {
   check(B >= 1 && len >= 2, "training: a batch needs at least one row of two tokens (got ", B, " x ", len, ")");
   const int T = len - 1, H = cfg_.d_model, V = cfg_.vocab_size;
   const size_t M = static_cast<size_t>(B) * T;
+  // Per-row kernels (the scans, the conv) see T rows; the matmuls see all M.
+  reserve_kernels(static_cast<int>(M));
   inputs_.resize(M);
   targets_.resize(M);
   for (int b = 0; b < B; ++b)
@@ -545,7 +591,7 @@ double TrainModel::forward_backward(const int32_t* ids, int B, int len, bool bac
       if (t < T) inputs_[static_cast<size_t>(b) * T + t] = id;
       if (t > 0) targets_[static_cast<size_t>(b) * T + t - 1] = id;
     }
-  const Pass P{ctx_, B, T, H};
+  const Pass P{ctx_, B, T, H, workspace_};
   const float eps = cfg_.norm_eps;
   const Param E{param(cfg_.embedding_name).data(), grad(cfg_.embedding_name).data()};
   const Param head = cfg_.tie_embeddings ? E : Param{param(cfg_.lm_head_name).data(), grad(cfg_.lm_head_name).data()};

@@ -10,12 +10,27 @@
 #include <vector>
 
 #include "kernels/kernels.h"
+#include "kernels/scratch.h"
 #include "models/config.h"
 
 namespace hybridlm {
 
 class Checkpoint;
 class ThreadPool;
+
+// Buffers by slot, kept between steps: a backward pass's temporaries, each as long as the largest
+// call asked; get() returns n floats of slot i whose contents are whatever was left there.
+class TrainWorkspace {
+ public:
+  float* get(size_t slot, size_t n) {
+    if (bufs_.size() <= slot) bufs_.resize(slot + 1);
+    if (bufs_[slot].size() < n) bufs_[slot].resize(n);
+    return bufs_[slot].data();
+  }
+
+ private:
+  std::vector<std::vector<float>> bufs_;
+};
 
 struct TrainTensor {
   std::string name;
@@ -64,8 +79,13 @@ class TrainModel {
   void build_tensors();
   TrainTensor& find(const std::string& name);
 
+  void reserve_kernels(int tokens);
+
   HybridConfig cfg_;
+  KernelScratch scratch_;  // the kernels' per-thread working memory, sized for the largest batch yet
+  int scratch_tokens_ = 0;
   KernelContext ctx_;
+  TrainWorkspace workspace_;
   std::vector<TrainTensor> tensors_;
   std::vector<float> params_, grads_;
   std::vector<Layer*> layers_;

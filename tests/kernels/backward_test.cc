@@ -221,8 +221,12 @@ TEST_F(Backward, ActivationAgainstFiniteDifferencesAndRef) {
     }
 }
 
-TEST_F(Backward, Conv1dAgainstFiniteDifferencesAndRef) {
-  const int T = 6, C = 40, K = 4, ld_x = 50;
+// Shapes: channels in groups of 16 and a ragged rest (cpu), fewer steps than taps, two taps.
+class BackwardConv : public Backward, public ::testing::WithParamInterface<std::array<int, 3>> {};
+
+TEST_P(BackwardConv, AgainstFiniteDifferencesAndRef) {
+  const auto [T, C, K] = GetParam();
+  const int ld_x = C + 10;
   const std::vector<float> x = randv(static_cast<size_t>(T) * ld_x, 51), w = randv(static_cast<size_t>(C) * K, 52, 0.5f),
                            bias = randv(C, 53), state = randv(static_cast<size_t>(K - 1) * C, 54),
                            dout = randv(static_cast<size_t>(T) * C, 55);
@@ -257,6 +261,9 @@ TEST_F(Backward, Conv1dAgainstFiniteDifferencesAndRef) {
     EXPECT_LT(max_rel(cds, ds), tol::kBackwardCpuVsRef);
   }
 }
+INSTANTIATE_TEST_SUITE_P(Shapes, BackwardConv,
+                         ::testing::Values(std::array<int, 3>{6, 40, 4}, std::array<int, 3>{2, 16, 4},
+                                           std::array<int, 3>{9, 33, 2}));
 
 }  // namespace
 }  // namespace hybridlm

@@ -74,6 +74,8 @@ inline void parallel(const KernelContext& ctx, size_t n, size_t grain, FunctionR
 // ssm_cpu.cc (with the AVX-512 scans and steps) for calls within `limits`; scratch_floats (the
 // table's entry) is the larger of the two.
 ScratchNeed matmul_scratch(const KernelLimits& limits);
+// matmul_backward's own copies (backward_cpu.cc) for a (rows, cols) weight and T tokens.
+size_t matmul_backward_floats(int rows, int cols, int T);
 ScratchNeed ssm_scratch(const KernelLimits& limits);
 
 }  // namespace hybridlm::cpu

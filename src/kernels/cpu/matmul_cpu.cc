@@ -216,7 +216,18 @@ void matmul(const KernelContext& ctx, const WeightView& W, const float* bias, co
 }
 
 ScratchNeed matmul_scratch(const KernelLimits& lim) {
-  return most(gemm_lanes_scratch(lim), {q8_acts_floats(lim.tokens, lim.matmul_cols), 0});
+  ScratchNeed need = most(gemm_lanes_scratch(lim), {q8_acts_floats(lim.tokens, lim.matmul_cols), 0});
+  if (lim.backward) {
+    // matmul_backward (backward_cpu.cc): dW's products take `rows` tokens of `tokens` columns, on
+    // top of its copies dy^T, x^T and the product (dx's W^T, taken before, is smaller).
+    KernelLimits p = lim;
+    p.backward = false;
+    p.tokens = std::max(lim.tokens, lim.matmul_rows);
+    p.matmul_cols = std::max({lim.matmul_cols, lim.tokens, lim.matmul_rows});
+    need = most(need, matmul_scratch(p));
+    need.caller += matmul_backward_floats(lim.matmul_rows, lim.matmul_cols, lim.tokens);
+  }
+  return need;
 }
 
 }  // namespace hybridlm::cpu
