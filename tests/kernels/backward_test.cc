@@ -60,7 +60,8 @@ class Backward : public ::testing::Test {
   KernelContext ref_ctx{nullptr, &ref_kernels()};
 };
 
-// Small shapes take the cpu matmul's row path; (70, 80, 40) its GEMM for both products.
+// Small shapes take the cpu matmul's row path; (70, 80, 40) its GEMM for both products; (96, 48,
+// 32), multiples of 16, the register-block transposes of the AVX-512 path too.
 class BackwardMatmul : public Backward, public ::testing::WithParamInterface<std::array<int, 3>> {};
 
 TEST_P(BackwardMatmul, AgainstFiniteDifferencesAndRef) {
@@ -96,7 +97,8 @@ TEST_P(BackwardMatmul, AgainstFiniteDifferencesAndRef) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, BackwardMatmul,
-                         ::testing::Values(std::array<int, 3>{7, 33, 50}, std::array<int, 3>{70, 80, 40}));
+                         ::testing::Values(std::array<int, 3>{7, 33, 50}, std::array<int, 3>{70, 80, 40},
+                                           std::array<int, 3>{96, 48, 32}));
 
 TEST_F(Backward, RmsnormAgainstFiniteDifferencesAndRef) {
   const int T = 5, d = 96;

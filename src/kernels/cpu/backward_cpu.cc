@@ -11,6 +11,7 @@
 
 #include "base/error.h"
 #include "kernels/cpu/cpu_common.h"
+#include "kernels/cpu/gemm_cpu.h"
 #include "kernels/cpu/vec_math.h"
 #include "kernels/scratch.h"
 
@@ -22,6 +23,7 @@ namespace {
 // A whole tile goes through a local block with constant loop bounds, which the compiler unrolls
 // and vectorises; the ragged edges take the plain loop.
 void transpose(const KernelContext& ctx, const float* in, size_t rows, size_t cols, float* out) {
+  if (simd_path() == SimdPath::Avx512 && transpose_avx512(ctx, in, rows, cols, out)) return;
   constexpr size_t kTile = 16;
   const size_t row_tiles = (rows + kTile - 1) / kTile;
   parallel(ctx, row_tiles, 4, [&](size_t tb, size_t te) {

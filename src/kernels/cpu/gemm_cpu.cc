@@ -373,6 +373,24 @@ void gemm_lanes_avx512(const KernelContext& ctx, const WeightView& W, const floa
   }
 }
 
+namespace {
+HYBRIDLM_AVX512 void transpose_blocks(const float* in, size_t rows, size_t cols, float* out, size_t rb, size_t re) {
+  __m512 r[16];
+  for (size_t r0 = rb * 16; r0 < re * 16; r0 += 16)
+    for (size_t c0 = 0; c0 < cols; c0 += 16) {
+      for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(in + (r0 + i) * cols + c0);
+      transpose16(r);
+      for (int j = 0; j < 16; ++j) _mm512_storeu_ps(out + (c0 + j) * rows + r0, r[j]);
+    }
+}
+}  // namespace
+
+bool transpose_avx512(const KernelContext& ctx, const float* in, size_t rows, size_t cols, float* out) {
+  if (rows % 16 != 0 || cols % 16 != 0) return false;
+  parallel(ctx, rows / 16, 4, [&](size_t rb, size_t re) { transpose_blocks(in, rows, cols, out, rb, re); });
+  return true;
+}
+
 ScratchNeed gemm_lanes_scratch(const KernelLimits& lim) {
   const int K = lim.matmul_cols;
   const size_t each = FloatArena::rounded(kLaneSums) + FloatArena::rounded(panel_floats(K));

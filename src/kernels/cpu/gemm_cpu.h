@@ -16,6 +16,10 @@ constexpr int kGemmMinTokens = 64;
 // y[t, r] = sum_k x[t, k] W[r, k] + bias[r] for W.dtype F32 or BF16 (row-major or panels).
 void gemm_lanes_avx512(const KernelContext& ctx, const WeightView& W, const float* bias, const float* x, int T,
                        float* y);
+// out: (cols, rows) = in: (rows, cols) transposed, 16 x 16 blocks through registers, over threads
+// (matmul_backward's copies). False when rows or cols is not a multiple of 16 (the caller's loop
+// takes those).
+bool transpose_avx512(const KernelContext& ctx, const float* in, size_t rows, size_t cols, float* out);
 // Its per-thread scratch for calls within `limits` (ctx.scratch): the packed activations on the
 // calling thread; a widened or packed weight panel and one tile's lane sums on every thread.
 ScratchNeed gemm_lanes_scratch(const KernelLimits& limits);

@@ -25,6 +25,8 @@ namespace {
 }
 }  // namespace
 
+bool transpose_avx512(const KernelContext&, const float*, size_t, size_t, float*) { return false; }
+
 bool ssd_scan_avx512(const KernelContext&, const float*, int, const float*, const float*, const float*, const float*,
                      int, const float*, const SsdDims&, int, float*, int, float*) {
   return false;
