@@ -160,6 +160,33 @@ TEST(LossCurve, NanBreaksTheLineAndOnePointStillDraws) {
   EXPECT_THAT(single, HasSubstr("<polyline class=\"train\""));
 }
 
+// A long run is drawn with at most four points per pixel column (the plot is under 800 wide),
+// and those keep each column's extremes: the lowest and highest losses still appear.
+TEST(LossCurve, LongRunsKeepFourPointsPerColumn) {
+  std::vector<LossPoint> train;
+  for (int i = 0; i < 200000; ++i) train.push_back({i, 3.0 + std::sin(i * 0.37)});
+  train[123457].loss = -5.0;  // a spike a thinning by stride would miss
+  train[98765].loss = 11.0;
+  const std::string svg = loss_curve_svg(train, {}, "t");
+  EXPECT_EQ(xml_problem(svg), "");
+  const size_t at = svg.find("<polyline class=\"train\"");
+  ASSERT_NE(at, std::string::npos);
+  const size_t b = svg.find("points=\"", at) + 8, e = svg.find('"', b);
+  const std::string pts = svg.substr(b, e - b);
+  const size_t n = count(pts, ",");
+  EXPECT_GT(n, 1000u);
+  EXPECT_LE(n, 4u * 800u);
+  // The two spikes are the plot's extremes (the data range, padded by 5%, spans y 44 .. 424): the
+  // drawn points still reach them.
+  double ymin = 1e9, ymax = -1e9;
+  for (size_t i = 0; (i = pts.find(',', i)) != std::string::npos; ++i) {
+    const double y = std::stod(pts.substr(i + 1));
+    ymin = std::min(ymin, y), ymax = std::max(ymax, y);
+  }
+  EXPECT_LT(ymin, 70.0);   // 11.0
+  EXPECT_GT(ymax, 398.0);  // -5.0
+}
+
 TEST(LossCurve, TitleWithControlCharactersAndBadUtf8) {
   const std::string svg = loss_curve_svg({}, {}, "a\x01\tb \xff \xc3\xa9 \xe2\x82");
   EXPECT_EQ(xml_problem(svg), "");
