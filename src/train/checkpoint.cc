@@ -227,4 +227,34 @@ std::optional<fs::path> latest_checkpoint(const fs::path& out) {
   return best;
 }
 
+std::vector<std::string> prune_checkpoints(const fs::path& out, int64_t keep) {
+  std::vector<std::string> removed;
+  if (keep <= 0) return removed;
+  std::error_code ec;
+  std::vector<std::pair<int64_t, std::string>> steps;
+  std::vector<fs::path> leftovers;  // of a run killed while pruning
+  for (const fs::directory_entry& e : fs::directory_iterator(out, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.starts_with(".old-step-")) leftovers.push_back(e.path());
+    if (!e.is_directory(ec) || !name.starts_with("step-") || name.size() == 5) continue;
+    const std::string digits = name.substr(5);
+    if (digits.size() > 18 || !std::all_of(digits.begin(), digits.end(), [](char ch) { return ch >= '0' && ch <= '9'; }))
+      continue;
+    steps.emplace_back(std::stoll(digits), name);
+  }
+  for (const fs::path& p : leftovers) fs::remove_all(p, ec);
+  if (static_cast<int64_t>(steps.size()) <= keep) return removed;
+  std::sort(steps.begin(), steps.end());
+  for (size_t i = 0; i + static_cast<size_t>(keep) < steps.size(); ++i) {
+    const fs::path dir = out / steps[i].second;
+    const fs::path aside = out / (".old-" + steps[i].second + "-" + std::to_string(::getpid()));
+    fs::rename(dir, aside, ec);
+    check(!ec, dir.string(), ": cannot remove an old checkpoint (", ec.message(), ")");
+    fs::remove_all(aside, ec);
+    check(!ec, aside.string(), ": cannot remove an old checkpoint (", ec.message(), ")");
+    removed.push_back(steps[i].second);
+  }
+  return removed;
+}
+
 }  // namespace hybridlm

@@ -67,4 +67,10 @@ TrainerState read_trainer_state(const std::filesystem::path& checkpoint_dir);
 // greater name); nullopt if none has one. Throws Error for an unreadable trainer_state.json.
 std::optional<std::filesystem::path> latest_checkpoint(const std::filesystem::path& out);
 
+// Removes all but the newest `keep` checkpoints named step-<N> under `out` (by N), each renamed
+// to a hidden name first so that no half-removed directory is ever visible; keep 0 removes none.
+// Other directories (an `init` model, anything a person put there) are never touched. Returns the
+// names removed. Throws Error if one cannot be removed.
+std::vector<std::string> prune_checkpoints(const std::filesystem::path& out, int64_t keep);
+
 }  // namespace hybridlm

@@ -203,7 +203,7 @@ struct Section {
 const std::vector<Section>& sections() {
   static const std::vector<Section> s = {
       {"", {"model", "tokenizer", "data", "optimizer", "schedule", "batch", "steps", "eval_interval", "eval_batches",
-            "checkpoint_interval", "log_interval", "seed", "threads", "out"}},
+            "checkpoint_interval", "keep_checkpoints", "log_interval", "seed", "threads", "out"}},
       {"data", {"train", "validation"}},
       {"optimizer", {"lr", "betas", "eps", "weight_decay", "grad_clip"}},
       {"schedule", {"kind", "warmup_steps", "min_lr", "decay_fraction"}},
@@ -569,6 +569,8 @@ TrainConfig parse_train_config(const std::string& yaml_text, const fs::path& bas
   c.eval_batches = r.integer(top, "", "eval_batches", 20, 0, kMax, "micro-batches per evaluation, 0 = all");
   c.checkpoint_interval =
       r.integer(top, "", "checkpoint_interval", 1000, 0, kMax, "steps between checkpoints, 0 = only at the end");
+  c.keep_checkpoints = r.integer(top, "", "keep_checkpoints", 0, 0, kMax,
+                                 "step checkpoints kept, the newest; 0 = all");
   c.log_interval = r.integer(top, "", "log_interval", 10, 1, kMax, "steps between metrics lines");
   c.seed = static_cast<uint64_t>(r.integer(top, "", "seed", 1, 0, kMax, "data sampling and initialisation"));
   c.threads = static_cast<int>(r.integer(top, "", "threads", 0, 0, 4096, "0 = every hardware thread"));

@@ -6,7 +6,7 @@
 //   optimizer:  {lr, betas: [b1, b2], eps, weight_decay, grad_clip}
 //   schedule:   {kind: cosine | wsd, warmup_steps, min_lr, decay_fraction}
 //   batch:      {sequences, seq_len, accumulation}
-//   steps, eval_interval, eval_batches, checkpoint_interval, log_interval, seed, threads, out
+//   steps, eval_interval, eval_batches, checkpoint_interval, keep_checkpoints, log_interval, seed, threads, out
 //
 // Scalars are typed by the YAML 1.2 core schema (3e-4 is a number, yes is a string, "64" quoted is
 // a string). Paths are relative to the YAML file's folder. Every error is one line naming the key
@@ -60,6 +60,7 @@ struct TrainConfig {
   int64_t eval_interval = 100;         // steps between evaluations; 0 = none
   int64_t eval_batches = 20;           // micro-batches of validation windows per evaluation; 0 = all
   int64_t checkpoint_interval = 1000;  // steps between checkpoints; 0 = only at the end
+  int64_t keep_checkpoints = 0;        // the newest this many step-N checkpoints stay; 0 = all
   int64_t log_interval = 10;           // steps between metrics lines
   uint64_t seed = 1;                   // data sampling and initialisation
   int threads = 0;                     // 0 = every hardware thread

@@ -259,6 +259,7 @@ TrainRunResult run_training(TrainConfig c, const TrainRunOptions& opt, Dist& dis
       const double saved_elapsed = state.elapsed_s;
       state.elapsed_s += elapsed;
       save("step-" + std::to_string(state.step));
+      if (root) prune_checkpoints(c.out, c.keep_checkpoints);
       state.elapsed_s = saved_elapsed;
       if (root) write_curve(c.out, *metrics, cfg.layer_pattern());
       dist.barrier();

@@ -93,7 +93,8 @@ check("score loads the trained checkpoint", rc == 0 and '"perplexity"' in sc, er
 # 2. Resume after a kill equals the uninterrupted run, step for step, bit for bit.
 RESUME = RUN.replace("steps: 50", "steps: 8").replace("checkpoint_interval: 25", "checkpoint_interval: 3") \
             .replace("log_interval: 5", "log_interval: 1").replace("eval_interval: 25", "eval_interval: 4")
-cfg_a, out_a = write_yaml("straight", RESUME)
+# The straight run keeps only its 2 newest checkpoints (keep_checkpoints), which changes nothing else.
+cfg_a, out_a = write_yaml("straight", RESUME.replace("checkpoint_interval: 3", "checkpoint_interval: 3\nkeep_checkpoints: 2"))
 cfg_b, out_b = write_yaml("resumed", RESUME)
 rc_a, _, err_a = run("train", "--config", cfg_a, "-q", timeout=300)
 rc_b1, _, err_b1 = run("train", "--config", cfg_b, "-q", "--stop-after", "5", timeout=300)
@@ -103,6 +104,9 @@ check("resume: continues from the last checkpoint (step 3)", "resuming from" in 
       err_b2[-300:])
 check("resume: the 8 losses equal the uninterrupted run's exactly", len(la) == 8 and la == lb, f"{la} vs {lb}")
 check("resume: validation losses equal too", losses(out_a, "val_loss") == losses(out_b, "val_loss"))
+left = sorted(n for n in os.listdir(out_a) if n.startswith("step-") or n.startswith("."))
+check("keep_checkpoints: 2 leaves step-6 and step-8 of step-3, -6, -8 (nothing hidden)", left == ["step-6", "step-8"],
+      left)
 with open(os.path.join(out_a, "step-8", "model.safetensors"), "rb") as fa, \
         open(os.path.join(out_b, "step-8", "model.safetensors"), "rb") as fb:
     check("resume: the final weights are byte-identical", fa.read() == fb.read())

@@ -189,6 +189,7 @@ TEST(TrainConfig, DefaultsForEverythingButModelDataStepsOut) {
   EXPECT_EQ(c.batch.accumulation, 1);
   EXPECT_EQ(c.eval_interval, 100);
   EXPECT_EQ(c.checkpoint_interval, 1000);
+  EXPECT_EQ(c.keep_checkpoints, 0);
   EXPECT_EQ(c.seed, 1u);
   EXPECT_EQ(c.out, "/b/run");
 
@@ -236,6 +237,8 @@ TEST(TrainConfig, OutOfRangeValues) {
             "train.yaml: optimizer.lr: must be a finite number > 0 (the peak learning rate), got 0");
   EXPECT_THAT(error_of(minimal_with("optimizer: {lr: -1e-3}")), HasSubstr("optimizer.lr: must be a finite number > 0"));
   EXPECT_THAT(error_of(minimal_with("optimizer: {lr: .inf}")), HasSubstr("optimizer.lr: must be a finite number"));
+  EXPECT_THAT(error_of(minimal_with("keep_checkpoints: -2")), HasSubstr("keep_checkpoints: must be >= 0"));
+  EXPECT_EQ(parse_train_config(minimal_with("keep_checkpoints: 3"), "/b").keep_checkpoints, 3);
   EXPECT_EQ(error_of(minimal_with("batch: {seq_len: 1}")),
             "train.yaml: batch.seq_len: must be in [2, 1048576] (tokens per sequence), got 1");
   EXPECT_EQ(error_of(minimal_with("steps: 0")), "train.yaml: steps: must be in [1, 1099511627776] (the number of "
