@@ -8,13 +8,30 @@
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cmath>
 
 #include "base/error.h"
 #include "token_dir.h"
+
+// While set, renameat2 answers EINVAL, as on a filesystem without RENAME_EXCHANGE: this binary's
+// definition takes the place of the C library's for write_checkpoint (an executable's symbols
+// come first), so the rename-aside fallback runs.
+static bool g_no_rename_exchange = false;
+static int g_exchanges_refused = 0;
+extern "C" int renameat2(int olddirfd, const char* oldpath, int newdirfd, const char* newpath,
+                         unsigned int flags) noexcept {
+  if (g_no_rename_exchange) {
+    ++g_exchanges_refused;
+    errno = EINVAL;
+    return -1;
+  }
+  return static_cast<int>(::syscall(SYS_renameat2, olddirfd, oldpath, newdirfd, newpath, flags));
+}
 
 namespace hybridlm {
 namespace {
@@ -112,6 +129,20 @@ TEST_F(CheckpointTest, ReplacesAnExistingCheckpointWhole) {
   write_checkpoint(dir_, "latest", {CheckpointFile::text("a.txt", "newer a")});
   EXPECT_EQ(listing(dir_), (std::vector<std::string>{".tmp-other-999999", "latest"}));
   EXPECT_EQ(testing::read_file(dir_ / "latest/a.txt"), "newer a");
+}
+
+// Where the filesystem cannot swap two directories, the old checkpoint is renamed aside, the new
+// one renamed into place, and the old one removed: the same result, nothing left over.
+TEST_F(CheckpointTest, ReplacesWithoutRenameExchange) {
+  write_checkpoint(dir_, "latest", {CheckpointFile::text("a.txt", "old a"), CheckpointFile::text("b.txt", "old b")});
+  g_no_rename_exchange = true;
+  write_checkpoint(dir_, "latest", {CheckpointFile::text("a.txt", "new a")});
+  write_checkpoint(dir_, "latest", {CheckpointFile::text("c.txt", "newer c")});
+  g_no_rename_exchange = false;
+  EXPECT_EQ(g_exchanges_refused, 2);  // both replacements took the fallback
+  EXPECT_EQ(listing(dir_), std::vector<std::string>{"latest"});
+  EXPECT_EQ(listing(dir_ / "latest"), std::vector<std::string>{"c.txt"});
+  EXPECT_EQ(testing::read_file(dir_ / "latest/c.txt"), "newer c");
 }
 
 TEST_F(CheckpointTest, UnwritableDirectoryLeavesNothing) {
