@@ -221,7 +221,9 @@ void HttpServer::Impl::generate(const httplib::Request& req, httplib::Response& 
     while (!done) {
       for (GenEvent& ev : handle->wait(std::chrono::milliseconds(500))) {
         ChoiceOut& c = out[static_cast<size_t>(ev.choice)];
-        if (ev.kind == GenEvent::Text) {
+        if (ev.kind == GenEvent::Prompt) {  // echoed, so every choice's logprobs start with it
+          for (ChoiceOut& o : out) o.logprobs.insert(o.logprobs.begin(), ev.logprobs.begin(), ev.logprobs.end());
+        } else if (ev.kind == GenEvent::Text) {
           c.text += ev.text;
           c.logprobs.insert(c.logprobs.end(), ev.logprobs.begin(), ev.logprobs.end());
         } else if (ev.kind == GenEvent::Finish) {
@@ -247,7 +249,7 @@ void HttpServer::Impl::generate(const httplib::Request& req, httplib::Response& 
       json lp = nullptr;
       if (ar.logprobs >= 0)
         lp = chat ? json{{"content", chat_logprobs(c.logprobs, tok)}, {"refusal", nullptr}}
-                  : completion_logprobs(c.logprobs, tok, ar.echo ? echo_text.size() : 0);
+                  : completion_logprobs(c.logprobs, tok, 0);
       if (chat)
         choices.push_back({{"index", i},
                            {"message", {{"role", "assistant"}, {"content", c.text}, {"refusal", nullptr}}},
@@ -313,7 +315,7 @@ void HttpServer::Impl::generate(const httplib::Request& req, httplib::Response& 
                          {"delta", {{"role", "assistant"}, {"content", ""}}},
                          {"logprobs", nullptr},
                          {"finish_reason", nullptr}};
-              else if (ar.echo)
+              else if (ar.echo && ar.logprobs < 0)  // with logprobs, the echo waits for the prompt's
                 first = {{"index", i}, {"text", echo_text}, {"logprobs", nullptr}, {"finish_reason", nullptr}};
               else
                 continue;
@@ -323,7 +325,10 @@ void HttpServer::Impl::generate(const httplib::Request& req, httplib::Response& 
           std::vector<GenEvent> events = handle->wait(std::chrono::milliseconds(250));
           for (GenEvent& ev : events) {
             bool ok = true;
-            if (ev.kind == GenEvent::Text) {
+            if (ev.kind == GenEvent::Prompt) {  // the echo of every choice, with the prompt's logprobs
+              for (int i = 0; ok && i < n; ++i)
+                ok = send(dump(chunk(json::array({text_choice(i, echo_text, ev.logprobs, 0)}))));
+            } else if (ev.kind == GenEvent::Text) {
               ok = send(
                   dump(chunk(json::array({text_choice(ev.choice, ev.text, ev.logprobs, st->offsets[ev.choice])}))));
               st->offsets[static_cast<size_t>(ev.choice)] += ev.text.size();

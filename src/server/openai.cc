@@ -285,10 +285,10 @@ ApiRequest parse_request(const std::string& body_text, bool chat) {
   } else {
     r.echo = boolean(body, "echo", false);
     if (field(body, "logprobs")) r.logprobs = static_cast<int>(integer(body, "logprobs", 0, 5, 0));
-    if (r.echo && r.logprobs >= 0)
-      throw_api(400, "echo", "echo with logprobs (log-probabilities of the prompt) is not supported");
   }
   g.top_logprobs = r.logprobs;
+  // echo with logprobs scores the prompt too (its first token has none).
+  g.prompt_logprobs = r.echo && r.logprobs >= 0;
   return r;
 }
 
@@ -324,10 +324,15 @@ json completion_logprobs(const std::vector<TokenLogprob>& lps, const Tokenizer& 
   for (const TokenLogprob& lp : lps) {
     const std::string t = token_text(tok, lp.id);
     tokens.push_back(t);
-    token_lps.push_back(finite(lp.logprob));
-    json top = json::object();
-    for (const auto& [id, l] : lp.top) top[token_text(tok, id)] = finite(l);
-    tops.push_back(top);
+    if (!lp.scored) {  // a prompt's first token: OpenAI's null and null
+      token_lps.push_back(nullptr);
+      tops.push_back(nullptr);
+    } else {
+      token_lps.push_back(finite(lp.logprob));
+      json top = json::object();
+      for (const auto& [id, l] : lp.top) top[token_text(tok, id)] = finite(l);
+      tops.push_back(top);
+    }
     offsets.push_back(offset);
     offset += t.size();
   }

@@ -70,6 +70,7 @@ struct Scheduler::Active {
   int pos = 0;   // prompt tokens in the cache
   bool prefilled = false, finished = false;
   int cached = 0;
+  std::vector<TokenLogprob> prompt_lps;  // prompt_logprobs: the prompt's tokens so far
   int branch = 0;  // where the prompt leaves text a kept snapshot holds: a snapshot point (0: none)
   int64_t reserved_pages = 0;  // KV pages promised to the rest of its prompt (and the forks' first pages)
   std::vector<std::unique_ptr<Choice>> choices;
@@ -144,15 +145,17 @@ bool Scheduler::admit(std::unique_ptr<Active>& a) {
     // A first estimate, before copying any state: the pages beyond what a cached prefix would
     // share whole, one more for its partial last page, and one per choice.
     const int64_t b = cache.block_size(), plen = static_cast<int64_t>(r.prompt.size());
-    const int64_t match = prefix_.longest(r.prompt, static_cast<int>(plen) - 1);
+    const int64_t match = r.prompt_logprobs ? 0 : prefix_.longest(r.prompt, static_cast<int>(plen) - 1);
     const int64_t estimate = (plen + b - 1) / b - match / b + 1 + r.n;
     while (estimate > cache.free_pages() - reserved_pages_ && prefix_.evict_one()) {
     }
     if (estimate > cache.free_pages() - reserved_pages_) return false;
   }
   a->seq = engine_.new_sequence();
-  // Never the whole prompt: its last position must run to give the first token's logits.
-  a->pos = prefix_.restore_longest(a->seq, r.prompt, static_cast<int>(r.prompt.size()) - 1);
+  // Never the whole prompt: its last position must run to give the first token's logits. Nothing
+  // when every position's logits are wanted.
+  a->pos = r.prompt_logprobs ? 0 : prefix_.restore_longest(a->seq, r.prompt, static_cast<int>(r.prompt.size()) - 1);
+  if (r.prompt_logprobs) a->prompt_lps.push_back({r.prompt[0], 0.0, {}, false});
   if (cache.has_kv()) {
     // The rest of the prompt, and a first page of its own for each choice (the last page is shared
     // with the forks and the prompt's snapshot).
@@ -250,26 +253,45 @@ void Scheduler::finish_choice(Active& a, Choice& c, const char* reason) {
 
 // Samples the next token of choice c from its logits, reports it, and ends the choice on eos, a
 // stop string, max_tokens or the context.
+namespace {
+// logsm = log-softmax of the logits (in double) and the k most likely ids into `top` (ties: the
+// lower id first); `order` is working memory.
+void log_softmax_top(std::span<const float> logits, int k, std::vector<double>& logsm, std::vector<int32_t>& order,
+                     std::vector<std::pair<int32_t, double>>& top) {
+  const float mx = *std::max_element(logits.begin(), logits.end());
+  double sum = 0;
+  for (float x : logits) sum += std::exp(static_cast<double>(x) - mx);
+  const double lse = mx + std::log(sum);
+  logsm.resize(logits.size());
+  for (size_t i = 0; i < logits.size(); ++i) logsm[i] = logits[i] - lse;
+  order.resize(logits.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int32_t>(i);
+  const size_t n = std::min<size_t>(static_cast<size_t>(std::max(k, 0)), order.size());
+  std::partial_sort(order.begin(), order.begin() + n, order.end(),
+                    [&](int32_t x, int32_t y) { return logsm[x] > logsm[y] || (logsm[x] == logsm[y] && x < y); });
+  for (size_t i = 0; i < n; ++i) top.push_back({order[i], logsm[order[i]]});
+}
+}  // namespace
+
+// The log-probability of prompt token `pos` + 1 from the logits at `pos` (prompt_logprobs).
+void Scheduler::score_prompt_token(Active& a, int pos, std::span<float> logits) {
+  std::fill(logits.begin() + decodable_, logits.end(), -std::numeric_limits<float>::infinity());
+  TokenLogprob lp;
+  lp.id = a.req.prompt[static_cast<size_t>(pos) + 1];
+  std::vector<double> logsm;
+  std::vector<int32_t> order;
+  log_softmax_top(logits, a.req.top_logprobs, logsm, order, lp.top);
+  lp.logprob = logsm[static_cast<size_t>(lp.id)];
+  a.prompt_lps.push_back(std::move(lp));
+}
+
 void Scheduler::emit_token(Active& a, Choice& c, std::span<float> logits) {
   const GenRequest& r = a.req;
   std::fill(logits.begin() + decodable_, logits.end(), -std::numeric_limits<float>::infinity());
   TokenLogprob lp;
   std::vector<double>& logsm = c.logsm;
-  if (r.top_logprobs >= 0) {  // the model's distribution, before penalties and temperature
-    const float mx = *std::max_element(logits.begin(), logits.end());
-    double sum = 0;
-    for (float x : logits) sum += std::exp(static_cast<double>(x) - mx);
-    const double lse = mx + std::log(sum);
-    logsm.resize(logits.size());
-    for (size_t i = 0; i < logits.size(); ++i) logsm[i] = logits[i] - lse;
-    std::vector<int32_t>& idx = c.order;
-    idx.resize(logits.size());
-    for (size_t i = 0; i < idx.size(); ++i) idx[i] = static_cast<int32_t>(i);
-    const size_t k = std::min<size_t>(static_cast<size_t>(r.top_logprobs), idx.size());
-    std::partial_sort(idx.begin(), idx.begin() + k, idx.end(),
-                      [&](int32_t x, int32_t y) { return logsm[x] > logsm[y] || (logsm[x] == logsm[y] && x < y); });
-    for (size_t i = 0; i < k; ++i) lp.top.push_back({idx[i], logsm[idx[i]]});
-  }
+  // The model's distribution, before penalties and temperature.
+  if (r.top_logprobs >= 0) log_softmax_top(logits, r.top_logprobs, logsm, c.order, lp.top);
   const int32_t next = c.sampler.sample(logits, c.history);
   const auto now = Clock::now();
   if (c.generated == 0)
@@ -309,7 +331,8 @@ bool Scheduler::step_once() {
   step_rows_.clear();
   struct RowOwner {
     Active* a;
-    Choice* c;  // null: the last prompt token of a (its first logits)
+    Choice* c;            // null: the last prompt token of a (its first logits), or
+    int prompt_pos = -1;  // >= 0: the prompt position whose logits score the next prompt token
   };
   std::vector<RowOwner> owners;
   struct PrefillRun {
@@ -361,6 +384,11 @@ bool Scheduler::step_once() {
       reserved_pages_ -= need;
     }
     step_runs_.push_back({a->seq, len});
+    if (a->req.prompt_logprobs)
+      for (int p = a->pos; p < a->pos + len && p + 1 < plen; ++p) {
+        step_rows_.push_back(static_cast<int>(step_tokens_.size()) + p - a->pos);
+        owners.push_back({a.get(), nullptr, p});
+      }
     step_tokens_.insert(step_tokens_.end(), a->req.prompt.begin() + a->pos, a->req.prompt.begin() + a->pos + len);
     if (a->pos + len == plen) {
       step_rows_.push_back(static_cast<int>(step_tokens_.size()) - 1);
@@ -400,11 +428,22 @@ bool Scheduler::step_once() {
         emit_token(a, c, c.logits);
         continue;
       }
+      if (owners[i].prompt_pos >= 0) {
+        std::vector<float> l(row.begin(), row.end());
+        score_prompt_token(a, owners[i].prompt_pos, l);
+        continue;
+      }
       // The prompt is in: kept for the next turn of a conversation (whose prompt starts with this
       // one even when the answer re-tokenizes differently); every choice gets its sequence (forks
       // share the KV pages) before any of them samples, since a choice that ends at once frees its own.
       a.prefilled = true;
       unreserve(a);
+      if (a.req.prompt_logprobs) {
+        GenEvent e;
+        e.kind = GenEvent::Prompt;
+        e.logprobs = std::move(a.prompt_lps);
+        a.handle->push(std::move(e));
+      }
       keep_prefix(a.seq, a.req.prompt);
       for (auto& c : a.choices) c->seq = c->index == 0 ? a.seq : cache.fork(a.seq);
       for (auto& c : a.choices) {

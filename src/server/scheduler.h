@@ -30,6 +30,9 @@ struct GenRequest {
   bool stop_at_eos = true;
   int n = 1;              // choices: the prompt is computed once, then forked
   int top_logprobs = -1;  // -1: no logprobs; k >= 0: the chosen token's and the k most likely
+  // Also each prompt token's log-probability given the tokens before it, with top_logprobs
+  // alternatives (echo with logprobs): the whole prompt runs, no cached prefix is restored.
+  bool prompt_logprobs = false;
   // Past this the request ends: queued, it is dropped; running, it finishes as "length".
   std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
 };
@@ -38,12 +41,14 @@ struct TokenLogprob {
   int32_t id = 0;
   double logprob = 0;
   std::vector<std::pair<int32_t, double>> top;  // most likely first
+  bool scored = true;  // false: a prompt's first token, which nothing before it predicts
 };
 
 // What a request hears, in order. Text events carry newly final text (complete UTF-8, never part
-// of a stop string) of one choice; a Finish event ends a choice; Done comes once, last.
+// of a stop string) of one choice; a Finish event ends a choice; Done comes once, last. With
+// prompt_logprobs, one Prompt event (choice 0) carries the prompt's tokens before any Text.
 struct GenEvent {
-  enum Kind { Text, Finish, Done, Failed } kind = Text;
+  enum Kind { Text, Finish, Done, Failed, Prompt } kind = Text;
   int choice = 0;
   std::string text;
   std::vector<TokenLogprob> logprobs;  // the tokens behind `text` (Text; with top_logprobs >= 0)
@@ -115,6 +120,7 @@ class Scheduler {
   void unreserve(Active& a);
   void keep_prefix(int seq, std::span<const int32_t> tokens);
   void emit_token(Active& a, Choice& c, std::span<float> logits);
+  void score_prompt_token(Active& a, int pos, std::span<float> logits);
   void release(Active& a);
 
   Engine& engine_;

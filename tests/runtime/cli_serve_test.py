@@ -161,6 +161,29 @@ try:
                                                "ignore_eos": True, "echo": True})
     check("completions: echo puts the prompt before the text",
           st == 200 and completion_text(body) == "The quick brown fox" + greedy, body)
+    # echo with logprobs scores the prompt too: each prompt token's log-probability (the first has
+    # none) equals `hybridlm score`'s (a separate path: Engine::prefill with every position's logits),
+    # and a cached prefix is not used for it. Streamed, the echo chunk carries them.
+    ids = [5, 17, 300, 42, 9, 77, 1000, 3]
+    srv.post("/v1/completions", {"prompt": ids, "max_tokens": 1, "temperature": 0})  # now cached
+    st, body, _ = srv.post("/v1/completions", {"prompt": ids, "max_tokens": 2, "temperature": 0, "ignore_eos": True,
+                                               "echo": True, "logprobs": 2})
+    rc, out, err = run("score", "-m", hybrid, "--ids", ",".join(map(str, ids)), "--quiet", "-t", "2")
+    want = [json.loads(x)["logprob"] for x in out.splitlines() if '"position"' in x] if rc == 0 else []
+    lp = body["choices"][0]["logprobs"] if st == 200 else {}
+    got = lp.get("token_logprobs", [])
+    check("completions: echo + logprobs gives each prompt token's logprob as `hybridlm score` (first null)",
+          len(got) == len(ids) + 2 and got[0] is None and lp["top_logprobs"][0] is None and len(want) == 7 and
+          all(abs(a - b) <= 1e-4 * max(1.0, abs(b)) for a, b in zip(got[1:8], want)) and
+          all(len(t) == 2 for t in lp["top_logprobs"][1:]) and body["usage"]["prompt_tokens_details"]["cached_tokens"] == 0,
+          (body, want, err[-200:]))
+    st, _, events = srv.stream("/v1/completions", {"prompt": ids, "max_tokens": 2, "temperature": 0,
+                                                   "ignore_eos": True, "echo": True, "logprobs": 2, "stream": True})
+    chunks = [json.loads(e) for e in events[:-1]]
+    first = chunks[0]["choices"][0] if chunks else {}
+    check("completions stream: echo + logprobs, the echo chunk carries the prompt's logprobs",
+          st == 200 and first.get("logprobs") is not None and first["logprobs"]["token_logprobs"][1:] == got[1:8] and
+          len([c for c in chunks if c["choices"] and c["choices"][0]["text"]]) >= 1, chunks[:2])
     # A stop string taken from the middle of the greedy text: the answer ends before it.
     words = greedy.split()
     stop = words[len(words) // 2] if len(words) > 2 else None

@@ -62,6 +62,7 @@ Result collect(GenHandle& h, int n) {
           break;
         case GenEvent::Finish: r.finish[e.choice] = e.finish_reason; break;
         case GenEvent::Failed: r.failed = e.message; return r;
+        case GenEvent::Prompt: break;  // prompt_logprobs: not asked here
         case GenEvent::Done: r.usage = h.usage(); return r;
       }
     }
