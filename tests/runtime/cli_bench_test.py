@@ -107,6 +107,7 @@ rc, out, err = run(*probe, "-o", "json")
 arr = json.loads(out) if rc == 0 else []
 check("with the probe: peak_gflops for pp, peak_gbps for tg, and peak RSS without the probe's 1 GiB",
       len(arr) == 2 and "peak_gflops" in arr[0] and "peak_is_int8" in arr[0] and arr[1].get("peak_gbps", 0) > 0 and
+      0 <= arr[1].get("peak_gbps_spread", -1) <= 1 and
       all(r["peak_rss_bytes"] < 512 * 2**20 for r in arr), out + err)
 rc, out, err = run(*probe)
 pcts = [int(p) for p in re.findall(r"(\d+)%", out)]

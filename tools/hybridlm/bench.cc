@@ -51,28 +51,61 @@ Stat stat_of(const std::vector<double>& v) {
   return s;
 }
 
-// Read bandwidth with `threads` threads: each sums its part of a 1 GiB buffer; best of 3.
-double read_bandwidth_gbs(ThreadPool& pool) {
-  const size_t n = (1u << 30) / sizeof(float);
+// The sum of n floats (n a multiple of 128) with 8 independent accumulators: enough loads in
+// flight that one thread reads at the memory's pace, not at the add latency's (the portable loop
+// of 16 lanes compiles to 4 chains of SSE adds, which held one thread to ~25 GB/s here).
+#if defined(__x86_64__)
+__attribute__((target("avx512f"))) float sum_avx512(const float* p, size_t n) {
+  __m512 a[8];
+  for (auto& v : a) v = _mm512_setzero_ps();
+  for (size_t i = 0; i < n; i += 128)
+    for (int k = 0; k < 8; ++k) a[k] = _mm512_add_ps(a[k], _mm512_loadu_ps(p + i + 16 * k));
+  for (int k = 1; k < 8; ++k) a[0] = _mm512_add_ps(a[0], a[k]);
+  return _mm512_reduce_add_ps(a[0]);
+}
+#endif
+float sum_portable(const float* p, size_t n) {
+  float acc[32] = {};
+  for (size_t i = 0; i < n; i += 32)
+    for (int l = 0; l < 32; ++l) acc[l] += p[i + l];
+  float s = 0;
+  for (float a : acc) s += a;
+  return s;
+}
+
+// Read bandwidth with `threads` threads: each sums its part of a 1 GiB buffer (far beyond any
+// cache), the part it wrote first (so its pages sit on that thread's memory node); the best of
+// 5 repetitions, and their spread ((best - worst) / best), which says how busy the machine was.
+struct Bandwidth {
+  double best = 0, spread = 0;
+};
+Bandwidth read_bandwidth_gbs(ThreadPool& pool) {
+  constexpr size_t kBlock = 128;  // floats per step of the sums
+  const size_t n = (1u << 30) / sizeof(float), blocks = n / kBlock;
   std::unique_ptr<float[]> buf(new float[n]);
-  pool.parallel_for(n, [&](size_t b, size_t e) {
-    for (size_t i = b; i < e; ++i) buf[i] = 1.0f;
+  pool.parallel_for(blocks, [&](size_t b, size_t e) {
+    for (size_t i = b * kBlock; i < e * kBlock; ++i) buf[i] = 1.0f;
   });
-  double best = 0;
+  const bool avx512 = cpu::simd_path() == cpu::SimdPath::Avx512;
   std::vector<float> partial(static_cast<size_t>(pool.size()) * 16);
-  for (int rep = 0; rep < 3; ++rep) {
+  std::vector<double> rates;
+  for (int rep = 0; rep < 5; ++rep) {
     const auto t0 = Clock::now();
-    pool.parallel_for(n, [&](size_t b, size_t e) {
-      float acc[16] = {};
-      for (size_t i = b; i + 16 <= e; i += 16)
-        for (int l = 0; l < 16; ++l) acc[l] += buf[i + l];
-      float s = 0;
-      for (float a : acc) s += a;
-      partial[b * 16 / n] = s;  // keep the sum alive
+    pool.parallel_for(blocks, [&](size_t b, size_t e) {
+      const float* p = buf.get() + b * kBlock;
+      const size_t len = (e - b) * kBlock;
+#if defined(__x86_64__)
+      const float s = avx512 ? sum_avx512(p, len) : sum_portable(p, len);
+#else
+      const float s = sum_portable(p, len);
+#endif
+      partial[b * 16 / blocks] = s;  // keep the sum alive
     });
-    best = std::max(best, static_cast<double>(n * sizeof(float)) / seconds_since(t0) / 1e9);
+    rates.push_back(static_cast<double>(n * sizeof(float)) / seconds_since(t0) / 1e9);
   }
-  return best;
+  (void)avx512;
+  const auto [lo, hi] = std::minmax_element(rates.begin(), rates.end());
+  return {*hi, (*hi - *lo) / *hi};
 }
 
 // Ops per second of `loop(iters)` run once on every thread of the pool (each doing ops_per_iter
@@ -137,7 +170,11 @@ double vnni_peak_gops(ThreadPool&) { return 0; }
 // or, for q8_0 weights, the int8 VNNI peak (GOP/s); 0 where not measured.
 struct Peaks {
   double bandwidth = 0, compute = 0;
+  double bandwidth_spread = 0;  // (best - worst) / best over the probe's repetitions
 };
+// Above this spread between repetitions, the machine was busy while probed: percentages of its
+// peak are unreliable, and bench says so.
+constexpr double kBusySpread = 0.15;
 
 bool write_all(int fd, const void* data, size_t n) {
   const char* p = static_cast<const char*>(data);
@@ -175,7 +212,8 @@ std::vector<Peaks> probe_machine(const std::vector<int>& threads, bool q8) {
     try {
       for (int t : threads) {
         ThreadPool pool(t);
-        const Peaks p{read_bandwidth_gbs(pool), q8 ? vnni_peak_gops(pool) : fma_peak_gflops(pool)};
+        const Bandwidth bw = read_bandwidth_gbs(pool);
+        const Peaks p{bw.best, q8 ? vnni_peak_gops(pool) : fma_peak_gflops(pool), bw.spread};
         ok = ok && write_all(fd[1], &p, sizeof p);
       }
     } catch (...) {
@@ -311,6 +349,7 @@ std::vector<Field> fields_of(const RunInfo& in, const Row& r, bool probe) {
     f.push_back({"peak_gflops", pp ? fixed(r.peaks.compute, 2) : ""});
     f.push_back({"peak_is_int8", pp ? (in.q8 ? "1" : "0") : ""});
     f.push_back({"peak_gbps", pp ? "" : fixed(r.peaks.bandwidth, 2)});
+    f.push_back({"peak_gbps_spread", pp ? "" : fixed(r.peaks.bandwidth_spread, 3)});
   }
   f.push_back({"state_dtype", in.state_dtype, true});
   f.push_back({"state_bytes_per_sequence", fixed(in.state_bytes, 0)});
@@ -398,9 +437,9 @@ class Report {
   void begin() {
     if (out_ == BenchOutput::Markdown) {
       for (size_t i = 0; i < threads_.size() && probe_; ++i)
-        std::printf("machine (same run, %d threads): read bandwidth %.1f GB/s, %s %.0f G%s/s\n", threads_[i],
-                    peaks_[i].bandwidth, q8_ ? "int8 VNNI peak" : "FP32 FMA peak", peaks_[i].compute,
-                    q8_ ? "OP" : "FLOP");
+        std::printf("machine (same run, %d threads): read bandwidth %.1f GB/s (5 reads within %.0f%%), %s %.0f G%s/s\n",
+                    threads_[i], peaks_[i].bandwidth, 100 * peaks_[i].bandwidth_spread,
+                    q8_ ? "int8 VNNI peak" : "FP32 FMA peak", peaks_[i].compute, q8_ ? "OP" : "FLOP");
       std::printf("| model | size | params | family | dtype | threads | batch | test | t/s | achieved |%s with state |\n",
                   probe_ ? " of peak |" : "");
       std::printf("|---|---:|---:|---|---|---:|---:|---|---:|---:|%s---:|\n", probe_ ? "---:|" : "");
@@ -510,6 +549,12 @@ int run_bench(const BenchOptions& o) {
                   cpu::has_avx512_vnni();
   const std::vector<Peaks> peaks = o.probe ? probe_machine(threads, q8) : std::vector<Peaks>(threads.size());
 
+  for (size_t i = 0; i < threads.size() && o.probe; ++i)
+    if (peaks[i].bandwidth_spread > kBusySpread)
+      std::fprintf(stderr,
+                   "warning: the bandwidth probe's 5 reads at %d threads differ by %.0f%% (best %.1f GB/s): the "
+                   "machine is busy, so rates against its peaks are unreliable; rerun on a quiet machine\n",
+                   threads[i], 100 * peaks[i].bandwidth_spread, peaks[i].bandwidth);
   Report report(o.output, o.probe);
   report.set_peaks(threads, peaks, q8);
   RunInfo info;
