@@ -20,6 +20,7 @@ pkgs=(build-essential cmake ninja-build ccache pkg-config
       libcpp-httplib-dev  # hybridlm serve's HTTP layer (src/server/http_server.cc)
       python3 python3-numpy
       python3-torch  # benchmark only: bench/train_bench.py
+      sysbench  # benchmark only: bench/probe_check.py (bench's bandwidth probe against an independent tool)
       clang libclang-rt-14-dev  # OpenBLAS, oneDNN: only bench/gemm_bench.cc (the GEMM comparison). clang + its libFuzzer/sanitizer runtimes: scripts/fuzz.sh
       bible-kjv  # the KJV text the default model is trained on (scripts/train_default_model.sh)
       libopenmpi-dev openmpi-bin)  # Open MPI: data-parallel training (optional component; not in the aarch64 cross build)
