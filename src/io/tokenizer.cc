@@ -106,7 +106,10 @@ bool json_flag(const json& j, const char* key, bool fallback) {
 }  // namespace
 
 struct Tokenizer::Impl {
-  std::string file;  // tokenizer.json, for messages
+  std::string file;  // tokenizer.json (or tokenizer.model), for messages
+  // A tokenizer.model loaded through libsentencepiece; when set, it does all the work and the
+  // tokenizer.json members below stay empty.
+  std::unique_ptr<SentencePieceModel> spm;
   Normalizer normalizer;
   std::unique_ptr<PreTokenizer> pre_tokenizer;
   BpeModel model;
@@ -141,6 +144,7 @@ struct Tokenizer::Impl {
 // Token string -> id the way the reference maps model output: added tokens (by content or
 // normalized content) first, then the vocabulary.
 std::optional<int32_t> Tokenizer::Impl::lookup(std::string_view token) const {
+  if (spm) return spm->piece_to_id(token);
   return model.token_to_id(token);
 }
 
@@ -374,11 +378,51 @@ Tokenizer::~Tokenizer() = default;
 
 Tokenizer Tokenizer::load(const std::filesystem::path& path) {
   std::error_code ec;
-  const std::filesystem::path file = std::filesystem::is_directory(path, ec) ? path / "tokenizer.json" : path;
+  std::filesystem::path file = std::filesystem::is_directory(path, ec) ? path / "tokenizer.json" : path;
+  // A directory with tokenizer.model and no tokenizer.json (original Llama / Mistral releases):
+  // the SentencePiece model, through libsentencepiece.
+  if (std::filesystem::is_directory(path, ec) && !std::filesystem::exists(file, ec) &&
+      std::filesystem::is_regular_file(path / "tokenizer.model", ec)) {
+    file = path / "tokenizer.model";
+  }
   auto impl = std::make_unique<Impl>();
   impl->file = file.string();
   const std::string& where = impl->file;
   if (!std::filesystem::is_regular_file(file, ec)) throw Error(where + ": no such file");
+  if (file.extension() == ".model") {
+    impl->spm = SentencePieceModel::load(file);
+    impl->bos = impl->spm->bos_id();
+    impl->eos = impl->spm->eos_id();
+    // Llama and Mistral put BOS in front of every encoded text; SentencePiece itself adds nothing.
+    impl->prepend_bos = impl->bos.has_value();
+    const int32_t size = impl->spm->size();
+    impl->bytes_of.resize(size);
+    impl->exists.assign(size, 1);
+    impl->special.assign(size, 0);
+    for (int32_t id = 0; id < size; ++id) {
+      // Mid-sentence text of each piece: "▁" is a space, a byte piece its byte; control pieces
+      // (<s>, </s>) decode to nothing, so they show as their spelling.
+      const std::string piece = impl->spm->piece(id);
+      impl->special[id] = impl->spm->is_control(id);
+      if (impl->spm->is_byte(id)) {
+        if (const auto b = byte_token_value(piece)) impl->bytes_of[id] = std::string(1, static_cast<char>(*b));
+      } else if (impl->special[id]) {
+        impl->bytes_of[id] = piece;
+      } else {
+        std::string text;
+        for (size_t at = 0; at < piece.size();) {
+          if (piece.compare(at, 3, "\xE2\x96\x81") == 0) {
+            text += ' ';
+            at += 3;
+          } else {
+            text += piece[at++];
+          }
+        }
+        impl->bytes_of[id] = std::move(text);
+      }
+    }
+    return Tokenizer(std::move(impl));
+  }
   try {
     const json j = read_json(file);
     if (!j.is_object()) throw Error(where + ": expected a JSON object");
@@ -410,6 +454,11 @@ Tokenizer Tokenizer::load(const std::filesystem::path& path) {
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_tokens) const {
   const Impl& im = *impl_;
   std::vector<int32_t> ids;
+  if (im.spm) {
+    ids = im.spm->encode(utf8_sanitize(text));
+    if (add_special_tokens && im.prepend_bos) ids.insert(ids.begin(), *im.bos);
+    return ids;
+  }
   BpeModel::Cache cache;
   // 1. Malformed UTF-8 is not an error: each invalid sequence becomes U+FFFD, as a JavaScript
   //    TextDecoder would make of the same bytes.
@@ -454,6 +503,10 @@ std::string Tokenizer::token_bytes(int32_t id) const {
 }
 
 std::string Tokenizer::Impl::decode_ids(std::span<const int32_t> ids, bool skip_special_tokens) const {
+  if (spm) {
+    // SentencePiece drops control pieces itself.
+    return spm->decode(ids);
+  }
   if (chain) {
     std::vector<std::string> tokens;
     tokens.reserve(ids.size());
@@ -471,13 +524,20 @@ std::string Tokenizer::Impl::decode_ids(std::span<const int32_t> ids, bool skip_
 
 std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special_tokens) const {
   for (int32_t id : ids) token_bytes(id);  // validates id
+  if (impl_->spm && skip_special_tokens) {
+    std::vector<int32_t> kept;
+    for (int32_t id : ids) {
+      if (!impl_->special[id]) kept.push_back(id);
+    }
+    return impl_->decode_ids(kept, false);
+  }
   return impl_->decode_ids(ids, skip_special_tokens);
 }
 
 std::string Tokenizer::decode_prefix(std::span<const int32_t> ids, bool* held) const {
   const Impl& im = *impl_;
   *held = false;
-  if (!im.chain) {  // ByteLevel: bytes; an unfinished character at the end waits
+  if (!im.spm && !im.chain) {  // ByteLevel: bytes; an unfinished character at the end waits
     std::string bytes;
     for (int32_t id : ids) bytes += im.bytes_of[id];
     size_t i = 0;
@@ -497,7 +557,7 @@ std::string Tokenizer::decode_prefix(std::span<const int32_t> ids, bool* held) c
   std::string bytes;
   while (run < ids.size()) {
     const int32_t id = ids[ids.size() - 1 - run];
-    const bool byte = im.chain->byte_fallback() && byte_token_value(im.token_string[id]);
+    const bool byte = im.spm ? im.spm->is_byte(id) : im.chain->byte_fallback() && byte_token_value(im.token_string[id]);
     if (!byte) break;
     bytes.insert(bytes.begin(), im.bytes_of[id].begin(), im.bytes_of[id].end());
     ++run;

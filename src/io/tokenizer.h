@@ -1,5 +1,7 @@
 // Hugging Face `tokenizer.json` tokenizers (BPE family), token-for-token identical to the pure
-// JavaScript `@huggingface/tokenizers` package (the oracle in tests/tokenizer/compare.mjs).
+// JavaScript `@huggingface/tokenizers` package (the oracle in tests/tokenizer/compare.mjs); and
+// SentencePiece `tokenizer.model` files, which Debian's libsentencepiece encodes and decodes
+// (checked against Debian's python3-sentencepiece in tests/tokenizer/spm_oracle_test.py).
 //
 // Pipeline of encode(), in the order the reference runs it:
 //   1. invalid UTF-8 bytes in the input become U+FFFD (see utf8_sanitize in tokenizer_internal.h);
@@ -31,7 +33,10 @@ namespace hybridlm {
 class Tokenizer {
  public:
   // path: a directory holding tokenizer.json (and optionally tokenizer_config.json), or the
-  // tokenizer.json file itself (tokenizer_config.json is then looked for next to it).
+  // tokenizer.json file itself (tokenizer_config.json is then looked for next to it). A directory
+  // with tokenizer.model and no tokenizer.json, or a *.model file, loads the SentencePiece model
+  // (BOS from the model, prepended by encode as Llama and Mistral do); a build without
+  // libsentencepiece refuses it with an Error saying so.
   static Tokenizer load(const std::filesystem::path& path);
 
   // Text to ids. add_special_tokens lets the post-processor add BOS/EOS; special tokens written

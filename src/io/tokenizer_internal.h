@@ -1,5 +1,5 @@
 // Internal parts of the tokenizer (src/io/tokenizer.h): UTF-8 helpers, NFC, the PCRE2 regex
-// wrapper, normalizers, pre-tokenizers, the BPE model, and the decoders.
+// wrapper, normalizers, pre-tokenizers, the BPE model, decoders and the SentencePiece backend.
 // Not a public header; only src/io/tokenizer*.cc and src/io/unicode_nfc.cc include it.
 //
 // Reference for behaviour: the `@huggingface/tokenizers` npm package (pinned in
@@ -8,6 +8,7 @@
 
 #include <array>
 #include <cstdint>
+#include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -207,5 +208,27 @@ class DecoderChain {
 
 // "<0xAB>" -> 0xAB: the spelling of byte-fallback tokens (two upper- or lower-case hex digits).
 std::optional<uint8_t> byte_token_value(std::string_view token);
+
+// ---------------------------------------------------------------------------------------------
+// SentencePiece models (tokenizer_spm.cc): tokenizer.model files through Debian's libsentencepiece
+
+// A SentencePiece model (tokenizer.model), as the library encodes and decodes it. In a build
+// without libsentencepiece, load() throws an Error saying so.
+class SentencePieceModel {
+ public:
+  static std::unique_ptr<SentencePieceModel> load(const std::filesystem::path& file);
+  static bool available();  // this build links libsentencepiece
+  virtual ~SentencePieceModel() = default;
+
+  virtual std::vector<int32_t> encode(const std::string& text) const = 0;  // valid UTF-8, no BOS
+  virtual std::string decode(std::span<const int32_t> ids) const = 0;     // ids in range
+  virtual int32_t size() const = 0;                                        // pieces
+  virtual std::string piece(int32_t id) const = 0;
+  virtual std::optional<int32_t> piece_to_id(std::string_view piece) const = 0;
+  virtual bool is_control(int32_t id) const = 0;  // <s>, </s>: decode drops them
+  virtual bool is_byte(int32_t id) const = 0;     // <0xAB> byte pieces
+  virtual std::optional<int32_t> bos_id() const = 0;
+  virtual std::optional<int32_t> eos_id() const = 0;
+};
 
 }  // namespace hybridlm::tokenizer_detail

@@ -2,9 +2,10 @@
 // its ids (add_special_tokens on), the round trip decode(encode(s, no specials)) and the decode of
 // the ids with their special tokens. With --decode, reads a JSON array of id lists instead and
 // prints each list decoded, with and without special tokens, both by decode() and by a
-// StreamDecoder fed one id at a time. Used by compare.mjs to check us against the reference.
+// StreamDecoder fed one id at a time. Used by compare.mjs and spm_oracle_test.py to check us
+// against the references.
 //
-// usage: tokenize_dump [--decode] <tokenizer.json or its directory> <cases.json>
+// usage: tokenize_dump [--decode] <tokenizer.json, tokenizer.model or their directory> <cases.json>
 // output: [{"ids": [..], "decoded": "..", "decoded_ids": ".."}, ...] on stdout, or with --decode
 //         [{"decoded": "..", "decoded_skip": "..", "streamed": "..", "streamed_skip": ".."}, ...]
 #include <cstdio>

@@ -1,6 +1,7 @@
 // Tokenizer unit tests: small hand-written tokenizer.json fixtures for each feature and error
-// path, and round trips / known ids on the real tokenizers. The id-for-id comparison with the
-// JavaScript reference is the separate ctest `tokenizer_vs_hf_js` (compare.mjs).
+// path, and round trips / known ids on the real tokenizers. The id-for-id comparisons with the
+// references are the separate ctests `tokenizer_vs_hf_js` (compare.mjs: @huggingface/tokenizers)
+// and `tokenizer_spm_vs_python` (spm_oracle_test.py: python3-sentencepiece).
 #include "io/tokenizer.h"
 
 #include <gtest/gtest.h>
@@ -469,7 +470,7 @@ TEST(TokenizerReal, DecodeOfEncodeIsIdentity) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// SentencePiece-style tokenizer.json (the Llama-2 form)
+// SentencePiece-style tokenizer.json (Llama-2 form) and tokenizer.model (libsentencepiece)
 
 TEST(TokenizerSentencePiece, LoadRefusesUnsupportedComponentsWithClearMessages) {
   const json base = byte_level_tokenizer({}, false);
@@ -533,6 +534,41 @@ TEST(TokenizerSentencePiece, StreamJoinsByteFallbackTokensAndDropsTheFirstSpace)
   for (int32_t id : ids) streamed += again.push(id);
   streamed += again.flush();
   EXPECT_EQ(streamed, tok.decode(ids, /*skip_special_tokens=*/true));
+}
+
+TEST(TokenizerSentencePiece, ModelDirectoryLoadsThroughLibSentencePiece) {
+  const fs::path dir = test_data() / "tokenizers" / "mistral-v1";
+#ifdef HYBRIDLM_HAVE_SENTENCEPIECE
+  const Tokenizer tok = Tokenizer::load(dir);
+  EXPECT_EQ(tok.vocab_size(), 32000);
+  EXPECT_EQ(tok.bos_id(), 1);
+  EXPECT_EQ(tok.eos_id(), 2);
+  EXPECT_TRUE(tok.is_special(1));
+  const Ids ids = tok.encode("Hello world");
+  ASSERT_FALSE(ids.empty());
+  EXPECT_EQ(ids[0], 1);  // BOS first, as Llama and Mistral do
+  EXPECT_EQ(tok.encode("Hello world", /*add_special_tokens=*/false), Ids(ids.begin() + 1, ids.end()));
+  EXPECT_EQ(tok.decode(ids), "Hello world");
+  EXPECT_EQ(tok.token_to_id("<0x0A>"), 13);
+  EXPECT_EQ(tok.token_bytes(13), "\n");
+  // Not a model: one line naming the file.
+  TempDir bad;
+  bad.write("tokenizer.model", "not a protobuf \x01\x02\xff");
+  try {
+    Tokenizer::load(bad.path());
+    ADD_FAILURE() << "no error for a garbage tokenizer.model";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("tokenizer.model"), std::string::npos) << e.what();
+    EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
+  }
+#else
+  try {
+    Tokenizer::load(dir);
+    ADD_FAILURE() << "a build without libsentencepiece loaded tokenizer.model";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("this build has no SentencePiece support"), std::string::npos) << e.what();
+  }
+#endif
 }
 
 TEST(TokenizerReal, RandomBytesNeverCrash) {
