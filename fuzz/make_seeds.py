@@ -126,6 +126,8 @@ for i, t in enumerate(texts):
     raw = t.encode("utf-8", "surrogateescape") if "\xff" not in t else t.encode("latin-1", "replace")
     put("fuzz_tokenizer_encode", "neox%02d" % i, b"\x00" + raw)
     put("fuzz_tokenizer_encode", "llama%02d" % i, b"\x01" + raw)
+    put("fuzz_tokenizer_encode", "llama2_%02d" % i, b"\x02" + raw)
+    put("fuzz_tokenizer_encode", "mistral%02d" % i, b"\x03" + raw)
 put("fuzz_decode", "ids", struct.pack("<8i", 9906, 1917, 128000, 0, 255, 220, 11, 30))
 put("fuzz_decode", "partial_utf8", struct.pack("<3i", 9468, 232, 253))  # byte-level pieces of multi-byte chars
 put("fuzz_npy", "shapes", bytes([2, 3, 4]))
