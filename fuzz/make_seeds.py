@@ -91,6 +91,32 @@ tok2["post_processor"] = {"type": "TemplateProcessing", "single": [{"SpecialToke
                           "pair": [], "special_tokens": {"<|endoftext|>": {"id": "<|endoftext|>", "ids": [200],
                                                                             "tokens": ["<|endoftext|>"]}}}
 put("fuzz_tokenizer_load", "split_template", json.dumps(tok2))
+# SentencePiece-style (Llama-2 form): byte_fallback BPE, Prepend/Replace normalizers, the decoder
+# chain; and the Metaspace form of the same vocabulary.
+sp_vocab = {"<unk>": 0, "<s>": 1, "</s>": 2}
+sp_vocab.update({"<0x%02X>" % b: 3 + b for b in range(256)})
+for piece in ["\u2581", "H", "e", "l", "o", "w", "r", "d", "\u2581H", "ll", "\u2581w", "or", "\u2581Hell", "\u2581Hello"]:
+    sp_vocab[piece] = len(sp_vocab)
+sp = {"version": "1.0", "added_tokens": [{"id": i, "content": c, "special": True, "normalized": False}
+                                          for i, c in enumerate(["<unk>", "<s>", "</s>"])],
+      "normalizer": {"type": "Sequence", "normalizers": [{"type": "Prepend", "prepend": "\u2581"},
+                                                         {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}]},
+      "pre_tokenizer": None,
+      "post_processor": {"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}},
+                                                                  {"Sequence": {"id": "A", "type_id": 0}}],
+                         "pair": [], "special_tokens": {"<s>": {"id": "<s>", "ids": [1], "tokens": ["<s>"]}}},
+      "decoder": {"type": "Sequence", "decoders": [{"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "},
+                                                   {"type": "ByteFallback"}, {"type": "Fuse"},
+                                                   {"type": "Strip", "content": " ", "start": 1, "stop": 0}]},
+      "model": {"type": "BPE", "unk_token": "<unk>", "fuse_unk": True, "byte_fallback": True, "vocab": sp_vocab,
+                "merges": ["\u2581 H", "l l", "\u2581 w", "o r", "\u2581H e", "\u2581He ll", "\u2581Hell o"]}}
+sp_vocab["\u2581He"] = len(sp_vocab)
+put("fuzz_tokenizer_load", "sentencepiece_llama2", json.dumps(sp))
+sp2 = json.loads(json.dumps(sp))
+sp2["normalizer"] = None
+sp2["pre_tokenizer"] = {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "first", "split": True}
+sp2["decoder"] = {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "first", "split": True}
+put("fuzz_tokenizer_load", "sentencepiece_metaspace", json.dumps(sp2))
 
 texts = ["Hello world", "  leading and   multiple spaces\n\n\ttabs", "caf\u00e9 cafe\u0301 na\u00efve",
          "\U0001F468\u200D\U0001F469\u200D\U0001F467 family", "def f(x):\n    return x**2  # square\n",
@@ -100,6 +126,8 @@ for i, t in enumerate(texts):
     raw = t.encode("utf-8", "surrogateescape") if "\xff" not in t else t.encode("latin-1", "replace")
     put("fuzz_tokenizer_encode", "neox%02d" % i, b"\x00" + raw)
     put("fuzz_tokenizer_encode", "llama%02d" % i, b"\x01" + raw)
+    put("fuzz_tokenizer_encode", "llama2_%02d" % i, b"\x02" + raw)
+    put("fuzz_tokenizer_encode", "mistral%02d" % i, b"\x03" + raw)
 put("fuzz_decode", "ids", struct.pack("<8i", 9906, 1917, 128000, 0, 255, 220, 11, 30))
 put("fuzz_decode", "partial_utf8", struct.pack("<3i", 9468, 232, 253))  # byte-level pieces of multi-byte chars
 put("fuzz_npy", "shapes", bytes([2, 3, 4]))

@@ -18,7 +18,9 @@ done
 pkgs=(build-essential cmake ninja-build ccache pkg-config
       libpcre2-dev nlohmann-json3-dev libcli11-dev libyaml-cpp-dev libgtest-dev libopenblas-dev libdnnl-dev
       libcpp-httplib-dev  # hybridlm serve's HTTP layer (src/server/http_server.cc)
+      libsentencepiece-dev  # tokenizer.model files (src/io/tokenizer_spm.cc; optional component)
       python3 python3-numpy
+      python3-sentencepiece  # test oracle only: tests/tokenizer/spm_oracle_test.py
       python3-torch  # benchmark only: bench/train_bench.py
       sysbench  # benchmark only: bench/probe_check.py (bench's bandwidth probe against an independent tool)
       clang libclang-rt-14-dev  # OpenBLAS, oneDNN: only bench/gemm_bench.cc (the GEMM comparison). clang + its libFuzzer/sanitizer runtimes: scripts/fuzz.sh
@@ -32,6 +34,9 @@ command -v node >/dev/null 2>&1 || pkgs+=(nodejs npm)
 # the cross compiler's copy of it in /usr/aarch64-linux-gnu, so that ld.so and libc always match.
 # yaml-cpp: only its arm64 runtime library; libyaml-cpp-dev is not multiarch (its arm64 build would
 # replace the host's), and the cross build uses the host's headers (CMakeLists.txt).
+# libsentencepiece: neither libsentencepiece-dev nor libsentencepiece0 is multiarch (installing
+# the arm64 ones removes the host's and python3-sentencepiece), so the cross build has no
+# SentencePiece support and its tests check the one-line refusal instead.
 if [ "$aarch64" -eq 1 ]; then
   if ! dpkg --print-foreign-architectures | grep -qx arm64; then
     echo "setup: dpkg --add-architecture arm64"

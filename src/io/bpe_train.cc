@@ -46,7 +46,7 @@ void BpeWordCounter::add_text(std::string_view raw) {
     if (best == std::string::npos) break;
     pos = best + best_len;
   }
-  impl_->pre->apply(pieces);
+  impl_->pre->apply(pieces, /*first_section=*/true);  // ByteLevel: no sections
   for (std::string& w : pieces) {
     ++counts_[std::move(w)];
     ++total_;

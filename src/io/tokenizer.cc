@@ -106,8 +106,11 @@ bool json_flag(const json& j, const char* key, bool fallback) {
 }  // namespace
 
 struct Tokenizer::Impl {
-  std::string file;  // tokenizer.json, for messages
-  bool nfc = false;  // the only normalizer (NFC, possibly inside a Sequence)
+  std::string file;  // tokenizer.json (or tokenizer.model), for messages
+  // A tokenizer.model loaded through libsentencepiece; when set, it does all the work and the
+  // tokenizer.json members below stay empty.
+  std::unique_ptr<SentencePieceModel> spm;
+  Normalizer normalizer;
   std::unique_ptr<PreTokenizer> pre_tokenizer;
   BpeModel model;
   std::vector<AddedToken> added;
@@ -119,9 +122,13 @@ struct Tokenizer::Impl {
   std::vector<std::vector<TemplateItem>> templates;
   bool prepend_bos = false, append_eos = false;  // tokenizer_config.json add_bos/eos_token
   std::optional<int32_t> bos, eos;
-  // Per id: decoded bytes, and whether the id exists / is special.
+  // Per id: decoded bytes (token_bytes), and whether the id exists / is special.
   std::vector<std::string> bytes_of;
   std::vector<uint8_t> exists, special;
+  // The decoder: ByteLevel when unset (decode concatenates bytes_of), else a SentencePiece-style
+  // chain working on each id's string (token_string).
+  std::optional<DecoderChain> chain;
+  std::vector<std::string> token_string;
 
   void load_added_tokens(const json& j);
   void load_post_processor(const json& j);
@@ -129,12 +136,15 @@ struct Tokenizer::Impl {
   void load_config(const std::filesystem::path& config_file);
   std::optional<int32_t> lookup(std::string_view token) const;
   void strip_around_added(std::vector<std::string>& sections) const;
-  void encode_section(const std::string& text, std::vector<int32_t>& ids, BpeModel::Cache& cache) const;
+  void encode_section(const std::string& text, bool first_section, std::vector<int32_t>& ids,
+                      BpeModel::Cache& cache) const;
+  std::string decode_ids(std::span<const int32_t> ids, bool skip_special_tokens) const;
 };
 
 // Token string -> id the way the reference maps model output: added tokens (by content or
 // normalized content) first, then the vocabulary.
 std::optional<int32_t> Tokenizer::Impl::lookup(std::string_view token) const {
+  if (spm) return spm->piece_to_id(token);
   return model.token_to_id(token);
 }
 
@@ -165,8 +175,8 @@ void Tokenizer::Impl::load_added_tokens(const json& j) {
     added_index[a.content] = i;
     // A "normalized" token is matched in normalized text, so it is looked for by its normalized
     // content; without a normalizer it is matched like the others.
-    if (a.normalized && nfc) {
-      const std::string n = tokenizer_detail::nfc(a.content);
+    if (a.normalized && normalizer.active()) {
+      const std::string n = normalizer.apply(a.content);
       added_by_text[n] = a.id;
       added_index[n] = i;
       normalized_trie.insert(n);
@@ -234,20 +244,39 @@ void Tokenizer::Impl::load_post_processor(const json& j) {
 
 void Tokenizer::Impl::load_decoder(const json& j) {
   const json& d = j.contains("decoder") ? j["decoder"] : json();
-  const std::string type = d.is_object() ? d.value("type", "") : "null";
-  if (type != "ByteLevel") {
-    throw Error(file + ": unsupported decoder type \"" + type + "\" (supported: ByteLevel)");
-  }
-  // Each id's text: an added token's content at its id, else the vocabulary entry. The ByteLevel
-  // decoder passes added-token contents through and maps every other character back to its byte.
-  // A character outside the byte alphabet keeps its own UTF-8 bytes (Rust crate behaviour; the
-  // JS reference would turn it into a 0 byte).
+  const std::string type = d.is_object() && d.contains("type") && d["type"].is_string() ? d["type"].get<std::string>()
+                           : d.is_null()                                                 ? "null"
+                                                                                         : "";
+  if (type == "null") throw Error(file + ": no decoder (supported: ByteLevel, or a SentencePiece-style chain)");
+  if (type != "ByteLevel") chain.emplace(d, file);
+  // Each id's text: an added token's content at its id, else the vocabulary entry.
   const auto& vocab = model.id_to_token();
   int32_t size = static_cast<int32_t>(vocab.size());
   for (const AddedToken& a : added) size = std::max(size, a.id + 1);
   bytes_of.assign(size, std::string());
   exists.assign(size, 0);
   special.assign(size, 0);
+  if (chain) {
+    // A SentencePiece-style chain decodes the strings; each id's bytes are its text mid-sentence.
+    token_string.assign(size, std::string());
+    for (int32_t id = 0; id < static_cast<int32_t>(vocab.size()); ++id) {
+      if (vocab[id].empty()) continue;
+      exists[id] = 1;
+      token_string[id] = vocab[id];
+    }
+    for (const AddedToken& a : added) {
+      exists[a.id] = 1;
+      token_string[a.id] = a.content;
+      special[a.id] = a.special;
+    }
+    for (int32_t id = 0; id < size; ++id) {
+      if (exists[id]) bytes_of[id] = chain->token_text(token_string[id]);
+    }
+    return;
+  }
+  // The ByteLevel decoder passes added-token contents through and maps every other character back
+  // to its byte. A character outside the byte alphabet keeps its own UTF-8 bytes (Rust crate
+  // behaviour; the JS reference would turn it into a 0 byte).
   for (int32_t id = 0; id < static_cast<int32_t>(vocab.size()); ++id) {
     if (vocab[id].empty()) continue;
     exists[id] = 1;
@@ -316,9 +345,9 @@ void Tokenizer::Impl::strip_around_added(std::vector<std::string>& sections) con
 }
 
 // Encodes text that contains no unnormalized added token.
-void Tokenizer::Impl::encode_section(const std::string& text, std::vector<int32_t>& ids,
+void Tokenizer::Impl::encode_section(const std::string& text, bool first_section, std::vector<int32_t>& ids,
                                      BpeModel::Cache& cache) const {
-  std::vector<std::string> subsections = normalized_trie.split(nfc ? tokenizer_detail::nfc(text) : text);
+  std::vector<std::string> subsections = normalized_trie.split(normalizer.apply(text));
   strip_around_added(subsections);
   for (std::string& sub : subsections) {
     if (sub.empty()) continue;
@@ -327,7 +356,7 @@ void Tokenizer::Impl::encode_section(const std::string& text, std::vector<int32_
       continue;
     }
     std::vector<std::string> pieces = {std::move(sub)};
-    if (pre_tokenizer) pre_tokenizer->apply(pieces);
+    if (pre_tokenizer) pre_tokenizer->apply(pieces, first_section);
     const size_t start = ids.size();
     for (const std::string& piece : pieces) model.encode_word(piece, ids, cache);
     if (model.fuse_unk() && model.unk_id()) {  // runs of unknown tokens become one
@@ -348,11 +377,52 @@ Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 Tokenizer::~Tokenizer() = default;
 
 Tokenizer Tokenizer::load(const std::filesystem::path& path) {
-  const std::filesystem::path file = std::filesystem::is_directory(path) ? path / "tokenizer.json" : path;
+  std::error_code ec;
+  std::filesystem::path file = std::filesystem::is_directory(path, ec) ? path / "tokenizer.json" : path;
+  // A directory with tokenizer.model and no tokenizer.json (original Llama / Mistral releases):
+  // the SentencePiece model, through libsentencepiece.
+  if (std::filesystem::is_directory(path, ec) && !std::filesystem::exists(file, ec) &&
+      std::filesystem::is_regular_file(path / "tokenizer.model", ec)) {
+    file = path / "tokenizer.model";
+  }
   auto impl = std::make_unique<Impl>();
   impl->file = file.string();
   const std::string& where = impl->file;
-  if (!std::filesystem::is_regular_file(file)) throw Error(where + ": no such file");
+  if (!std::filesystem::is_regular_file(file, ec)) throw Error(where + ": no such file");
+  if (file.extension() == ".model") {
+    impl->spm = SentencePieceModel::load(file);
+    impl->bos = impl->spm->bos_id();
+    impl->eos = impl->spm->eos_id();
+    // Llama and Mistral put BOS in front of every encoded text; SentencePiece itself adds nothing.
+    impl->prepend_bos = impl->bos.has_value();
+    const int32_t size = impl->spm->size();
+    impl->bytes_of.resize(size);
+    impl->exists.assign(size, 1);
+    impl->special.assign(size, 0);
+    for (int32_t id = 0; id < size; ++id) {
+      // Mid-sentence text of each piece: "▁" is a space, a byte piece its byte; control pieces
+      // (<s>, </s>) decode to nothing, so they show as their spelling.
+      const std::string piece = impl->spm->piece(id);
+      impl->special[id] = impl->spm->is_control(id);
+      if (impl->spm->is_byte(id)) {
+        if (const auto b = byte_token_value(piece)) impl->bytes_of[id] = std::string(1, static_cast<char>(*b));
+      } else if (impl->special[id]) {
+        impl->bytes_of[id] = piece;
+      } else {
+        std::string text;
+        for (size_t at = 0; at < piece.size();) {
+          if (piece.compare(at, 3, "\xE2\x96\x81") == 0) {
+            text += ' ';
+            at += 3;
+          } else {
+            text += piece[at++];
+          }
+        }
+        impl->bytes_of[id] = std::move(text);
+      }
+    }
+    return Tokenizer(std::move(impl));
+  }
   try {
     const json j = read_json(file);
     if (!j.is_object()) throw Error(where + ": expected a JSON object");
@@ -366,21 +436,7 @@ Tokenizer Tokenizer::load(const std::filesystem::path& path) {
       throw Error(where + ": unsupported model type \"" + type + "\" (only BPE is supported)");
     }
 
-    if (j.contains("normalizer") && !j["normalizer"].is_null()) {
-      std::vector<const json*> stack = {&j["normalizer"]};
-      while (!stack.empty()) {
-        const json* n = stack.back();
-        stack.pop_back();
-        const std::string ntype = n->is_object() ? n->value("type", "") : "";
-        if (ntype == "Sequence") {
-          for (const json& x : n->value("normalizers", json::array())) stack.push_back(&x);
-        } else if (ntype == "NFC") {
-          impl->nfc = true;  // NFC twice is NFC once
-        } else {
-          throw Error(where + ": unsupported normalizer type \"" + ntype + "\" (supported: NFC, Sequence)");
-        }
-      }
-    }
+    impl->normalizer = Normalizer(j.contains("normalizer") ? j["normalizer"] : json(), where);
     impl->pre_tokenizer =
         make_pre_tokenizer(j.contains("pre_tokenizer") ? j["pre_tokenizer"] : json(), where);
     impl->model = BpeModel::from_json(m, where);
@@ -398,19 +454,25 @@ Tokenizer Tokenizer::load(const std::filesystem::path& path) {
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_tokens) const {
   const Impl& im = *impl_;
   std::vector<int32_t> ids;
+  if (im.spm) {
+    ids = im.spm->encode(utf8_sanitize(text));
+    if (add_special_tokens && im.prepend_bos) ids.insert(ids.begin(), *im.bos);
+    return ids;
+  }
   BpeModel::Cache cache;
   // 1. Malformed UTF-8 is not an error: each invalid sequence becomes U+FFFD, as a JavaScript
   //    TextDecoder would make of the same bytes.
   // 2. Cut out the added tokens that are matched in the raw text.
   std::vector<std::string> sections = im.unnormalized_trie.split(utf8_sanitize(text));
   im.strip_around_added(sections);
-  for (const std::string& section : sections) {
+  for (size_t i = 0; i < sections.size(); ++i) {
+    const std::string& section = sections[i];
     if (section.empty()) continue;
     if (const auto it = im.added_by_text.find(section); it != im.added_by_text.end()) {
       ids.push_back(it->second);
       continue;
     }
-    im.encode_section(section, ids, cache);
+    im.encode_section(section, /*first_section=*/i == 0, ids, cache);
   }
   // 3. Post-processing: the templates add special tokens around the sequence.
   if (add_special_tokens) {
@@ -440,14 +502,75 @@ std::string Tokenizer::token_bytes(int32_t id) const {
   return im.bytes_of[id];
 }
 
-std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special_tokens) const {
+std::string Tokenizer::Impl::decode_ids(std::span<const int32_t> ids, bool skip_special_tokens) const {
+  if (spm) {
+    // SentencePiece drops control pieces itself.
+    return spm->decode(ids);
+  }
+  if (chain) {
+    std::vector<std::string> tokens;
+    tokens.reserve(ids.size());
+    for (int32_t id : ids) {
+      if (!skip_special_tokens || !special[id]) tokens.push_back(token_string[id]);
+    }
+    return chain->decode(std::move(tokens));
+  }
   std::string bytes;
   for (int32_t id : ids) {
-    std::string b = token_bytes(id);  // validates id
-    if (skip_special_tokens && impl_->special[id]) continue;
-    bytes += b;
+    if (!skip_special_tokens || !special[id]) bytes += bytes_of[id];
   }
   return utf8_sanitize(bytes);
+}
+
+std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special_tokens) const {
+  for (int32_t id : ids) token_bytes(id);  // validates id
+  if (impl_->spm && skip_special_tokens) {
+    std::vector<int32_t> kept;
+    for (int32_t id : ids) {
+      if (!impl_->special[id]) kept.push_back(id);
+    }
+    return impl_->decode_ids(kept, false);
+  }
+  return impl_->decode_ids(ids, skip_special_tokens);
+}
+
+std::string Tokenizer::decode_prefix(std::span<const int32_t> ids, bool* held) const {
+  const Impl& im = *impl_;
+  *held = false;
+  if (!im.spm && !im.chain) {  // ByteLevel: bytes; an unfinished character at the end waits
+    std::string bytes;
+    for (int32_t id : ids) bytes += im.bytes_of[id];
+    size_t i = 0;
+    while (i < bytes.size()) {
+      const Utf8Char c = utf8_read(bytes, i);
+      if (c.status == Utf8Char::kIncomplete) {
+        bytes.resize(i);
+        *held = true;
+        break;
+      }
+      i += c.len;
+    }
+    return utf8_sanitize(bytes);
+  }
+  // Byte tokens at the end whose bytes stop inside a character wait for the rest of it.
+  size_t run = 0;
+  std::string bytes;
+  while (run < ids.size()) {
+    const int32_t id = ids[ids.size() - 1 - run];
+    const bool byte = im.spm ? im.spm->is_byte(id) : im.chain->byte_fallback() && byte_token_value(im.token_string[id]);
+    if (!byte) break;
+    bytes.insert(bytes.begin(), im.bytes_of[id].begin(), im.bytes_of[id].end());
+    ++run;
+  }
+  for (size_t i = 0; i < bytes.size();) {
+    const Utf8Char c = utf8_read(bytes, i);
+    if (c.status == Utf8Char::kIncomplete) {
+      *held = true;
+      return im.decode_ids(ids.first(ids.size() - run), false);
+    }
+    i += c.len;
+  }
+  return im.decode_ids(ids, false);
 }
 
 int32_t Tokenizer::vocab_size() const { return static_cast<int32_t>(impl_->bytes_of.size()); }

@@ -1,6 +1,6 @@
 // Internal parts of the tokenizer (src/io/tokenizer.h): UTF-8 helpers, NFC, the PCRE2 regex
-// wrapper, pre-tokenizers and the BPE model. Not a public header; only src/io/tokenizer*.cc and
-// src/io/unicode_nfc.cc include it.
+// wrapper, normalizers, pre-tokenizers, the BPE model, decoders and the SentencePiece backend.
+// Not a public header; only src/io/tokenizer*.cc and src/io/unicode_nfc.cc include it.
 //
 // Reference for behaviour: the `@huggingface/tokenizers` npm package (pinned in
 // tests/tokenizer/package.json), which the cross-check test compares against id for id.
@@ -8,9 +8,11 @@
 
 #include <array>
 #include <cstdint>
+#include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -91,6 +93,28 @@ std::string oniguruma_to_pcre2(std::string_view pattern, const std::string& wher
 std::string pcre2_escape_literal(std::string_view literal);
 
 // ---------------------------------------------------------------------------------------------
+// Normalizers (tokenizer_normalize.cc)
+
+// The tokenizer.json "normalizer": NFC, Prepend, Replace, and Sequences of them, flattened into
+// one list of steps run in order. Applied to the text between added tokens, and to the content of
+// added tokens marked "normalized".
+class Normalizer {
+ public:
+  Normalizer();
+  // A JSON null gives the identity normalizer. `where` names the file for error messages.
+  Normalizer(const nlohmann::json& config, const std::string& where);
+  Normalizer(Normalizer&&) noexcept;
+  Normalizer& operator=(Normalizer&&) noexcept;
+  ~Normalizer();
+  bool active() const;  // false for the identity
+  std::string apply(const std::string& text) const;
+
+ private:
+  struct Step;
+  std::vector<Step> steps_;
+};
+
+// ---------------------------------------------------------------------------------------------
 // Pre-tokenizers (tokenizer_pretok.cc)
 
 // GPT-2's reversible map from bytes to printable characters (byte 0x20 ' ' -> U+0120 'Ġ'), as
@@ -103,7 +127,9 @@ std::optional<uint8_t> unicode_to_byte(char32_t cp);
 class PreTokenizer {
  public:
   virtual ~PreTokenizer() = default;
-  virtual void apply(std::vector<std::string>& pieces) const = 0;
+  // first_section: the pieces come from the first section of the input (the text before the
+  // first added token, or all of it); Metaspace's prepend_scheme "first" needs to know.
+  virtual void apply(std::vector<std::string>& pieces, bool first_section) const = 0;
 };
 // `where` names the file for error messages. Returns nullptr for a JSON null.
 std::unique_ptr<PreTokenizer> make_pre_tokenizer(const nlohmann::json& config, const std::string& where);
@@ -150,6 +176,59 @@ class BpeModel {
   bool byte_fallback_ = false;
   bool ignore_merges_ = false;
   std::string where_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Decoders other than ByteLevel (tokenizer_decode.cc)
+
+// The SentencePiece-style "decoder" chain: Replace, ByteFallback, Fuse, Strip, Metaspace, and
+// Sequences of them. It works on token strings as the reference does: each step maps the list of
+// strings to a new list, and the text is the concatenation of the last list.
+class DecoderChain {
+ public:
+  DecoderChain();
+  DecoderChain(const nlohmann::json& config, const std::string& where);
+  DecoderChain(DecoderChain&&) noexcept;
+  DecoderChain& operator=(DecoderChain&&) noexcept;
+  ~DecoderChain();
+
+  std::string decode(std::vector<std::string> tokens) const;
+  // The text one token stands for in the middle of a text: a byte token ("<0x0A>", when the chain
+  // has ByteFallback) is its byte; other tokens go through the per-token steps, without the rules
+  // that only apply at the start or end of the whole text.
+  std::string token_text(const std::string& token) const;
+  bool byte_fallback() const { return byte_fallback_; }
+
+ private:
+  struct Step;
+  std::vector<std::string> run(std::vector<std::string> tokens, bool whole_text) const;
+  std::vector<Step> steps_;
+  bool byte_fallback_ = false;
+};
+
+// "<0xAB>" -> 0xAB: the spelling of byte-fallback tokens (two upper- or lower-case hex digits).
+std::optional<uint8_t> byte_token_value(std::string_view token);
+
+// ---------------------------------------------------------------------------------------------
+// SentencePiece models (tokenizer_spm.cc): tokenizer.model files through Debian's libsentencepiece
+
+// A SentencePiece model (tokenizer.model), as the library encodes and decodes it. In a build
+// without libsentencepiece, load() throws an Error saying so.
+class SentencePieceModel {
+ public:
+  static std::unique_ptr<SentencePieceModel> load(const std::filesystem::path& file);
+  static bool available();  // this build links libsentencepiece
+  virtual ~SentencePieceModel() = default;
+
+  virtual std::vector<int32_t> encode(const std::string& text) const = 0;  // valid UTF-8, no BOS
+  virtual std::string decode(std::span<const int32_t> ids) const = 0;     // ids in range
+  virtual int32_t size() const = 0;                                        // pieces
+  virtual std::string piece(int32_t id) const = 0;
+  virtual std::optional<int32_t> piece_to_id(std::string_view piece) const = 0;
+  virtual bool is_control(int32_t id) const = 0;  // <s>, </s>: decode drops them
+  virtual bool is_byte(int32_t id) const = 0;     // <0xAB> byte pieces
+  virtual std::optional<int32_t> bos_id() const = 0;
+  virtual std::optional<int32_t> eos_id() const = 0;
 };
 
 }  // namespace hybridlm::tokenizer_detail

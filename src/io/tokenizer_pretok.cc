@@ -1,4 +1,4 @@
-// Pre-tokenizers: ByteLevel, Split, Sequence. Component reference:
+// Pre-tokenizers: ByteLevel, Split, Metaspace, Sequence. Component reference:
 // https://huggingface.co/docs/tokenizers/components#pretokenizers
 #include "base/error.h"
 #include "io/tokenizer_internal.h"
@@ -37,7 +37,7 @@ class ByteLevel final : public PreTokenizer {
     if (use_regex_) regex_.emplace(gpt2_pattern(), where + ": ByteLevel pre-tokenizer");
   }
 
-  void apply(std::vector<std::string>& pieces) const override {
+  void apply(std::vector<std::string>& pieces, bool /*first_section*/) const override {
     const auto& table = byte_to_unicode();
     std::vector<std::string> out;
     out.reserve(pieces.size());
@@ -92,7 +92,7 @@ class Split final : public PreTokenizer {
     regex_.emplace(pcre, what);
   }
 
-  void apply(std::vector<std::string>& pieces) const override {
+  void apply(std::vector<std::string>& pieces, bool /*first_section*/) const override {
     std::vector<std::string> out;
     out.reserve(pieces.size());
     for (const std::string& piece : pieces) {
@@ -111,6 +111,71 @@ class Split final : public PreTokenizer {
   std::optional<Regex> regex_;
 };
 
+// SentencePiece's word marking: every space becomes the replacement character ("▁"), and a
+// piece that does not start with one gets one in front (prepend_scheme "always"; "first": only in
+// the first section of the input; "never"). With split, each "▁" then starts a new piece
+// ("a▁b▁▁c" -> "a", "▁b", "▁", "▁c").
+//
+// The reference (@huggingface/tokenizers 0.2.0) ignores "split" and never splits; the Rust crate
+// splits as above. We follow the Rust crate there (tests/tokenizer/compare.mjs gives the
+// reference the same split as a Split pre-tokenizer it does implement), and the reference
+// everywhere else: a missing prepend_scheme is "always", "first" means the first section.
+class Metaspace final : public PreTokenizer {
+ public:
+  Metaspace(const json& j, const std::string& where) {
+    const std::string what = where + ": Metaspace pre-tokenizer";
+    if (!j.contains("replacement") || j["replacement"].is_null()) {
+      replacement_ = "\xE2\x96\x81";
+    } else if (!j["replacement"].is_string() || utf8_to_u32(j["replacement"].get<std::string>()).size() != 1) {
+      throw Error(what + ": \"replacement\" must be one character");
+    } else {
+      replacement_ = j["replacement"].get<std::string>();
+    }
+    if (j.contains("prepend_scheme") && !j["prepend_scheme"].is_null()) {
+      const std::string scheme = j["prepend_scheme"].is_string() ? j["prepend_scheme"].get<std::string>() : "";
+      if (scheme == "always") scheme_ = kAlways;
+      else if (scheme == "first") scheme_ = kFirst;
+      else if (scheme == "never") scheme_ = kNever;
+      else throw Error(what + ": \"prepend_scheme\" must be \"always\", \"first\" or \"never\"");
+    } else if (j.contains("add_prefix_space") && !get_bool(j, "add_prefix_space", true, what)) {
+      scheme_ = kNever;  // files older than prepend_scheme (the reference would prepend anyway)
+    }
+    split_ = get_bool(j, "split", true, what);
+  }
+
+  void apply(std::vector<std::string>& pieces, bool first_section) const override {
+    std::vector<std::string> out;
+    out.reserve(pieces.size());
+    const bool prepend = scheme_ == kAlways || (scheme_ == kFirst && first_section);
+    for (const std::string& piece : pieces) {
+      std::string s;
+      s.reserve(piece.size() + 8);
+      for (char c : piece) {
+        if (c == ' ') s += replacement_;
+        else s += c;
+      }
+      if (prepend && s.compare(0, replacement_.size(), replacement_) != 0) s = replacement_ + s;
+      if (!split_) {
+        out.push_back(std::move(s));
+        continue;
+      }
+      size_t start = 0;
+      for (size_t at = s.find(replacement_, 1); at != std::string::npos; at = s.find(replacement_, at + 1)) {
+        out.push_back(s.substr(start, at - start));
+        start = at;
+      }
+      if (start < s.size()) out.push_back(s.substr(start));
+    }
+    pieces = std::move(out);
+  }
+
+ private:
+  enum Scheme { kAlways, kFirst, kNever };
+  std::string replacement_;
+  Scheme scheme_ = kAlways;
+  bool split_ = true;
+};
+
 class Sequence final : public PreTokenizer {
  public:
   Sequence(const json& j, const std::string& where) {
@@ -122,8 +187,8 @@ class Sequence final : public PreTokenizer {
     }
   }
 
-  void apply(std::vector<std::string>& pieces) const override {
-    for (const auto& step : steps_) step->apply(pieces);
+  void apply(std::vector<std::string>& pieces, bool first_section) const override {
+    for (const auto& step : steps_) step->apply(pieces, first_section);
   }
 
  private:
@@ -167,9 +232,10 @@ std::unique_ptr<PreTokenizer> make_pre_tokenizer(const json& j, const std::strin
   const std::string type = j["type"].get<std::string>();
   if (type == "ByteLevel") return std::make_unique<ByteLevel>(j, where);
   if (type == "Split") return std::make_unique<Split>(j, where);
+  if (type == "Metaspace") return std::make_unique<Metaspace>(j, where);
   if (type == "Sequence") return std::make_unique<Sequence>(j, where);
   throw Error(where + ": unsupported pre_tokenizer type \"" + type +
-              "\" (supported: ByteLevel, Split, Sequence)");
+              "\" (supported: ByteLevel, Split, Metaspace, Sequence)");
 }
 
 }  // namespace hybridlm::tokenizer_detail

@@ -1,6 +1,7 @@
 // Tokenizer unit tests: small hand-written tokenizer.json fixtures for each feature and error
-// path, and round trips / known ids on the two real tokenizers. The id-for-id comparison with
-// the JavaScript reference is the separate ctest `tokenizer_vs_hf_js` (compare.mjs).
+// path, and round trips / known ids on the real tokenizers. The id-for-id comparisons with the
+// references are the separate ctests `tokenizer_vs_hf_js` (compare.mjs: @huggingface/tokenizers)
+// and `tokenizer_spm_vs_python` (spm_oracle_test.py: python3-sentencepiece).
 #include "io/tokenizer.h"
 
 #include <gtest/gtest.h>
@@ -466,6 +467,108 @@ TEST(TokenizerReal, DecodeOfEncodeIsIdentity) {
       EXPECT_EQ(streamed, s) << name;
     }
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// SentencePiece-style tokenizer.json (Llama-2 form) and tokenizer.model (libsentencepiece)
+
+TEST(TokenizerSentencePiece, LoadRefusesUnsupportedComponentsWithClearMessages) {
+  const json base = byte_level_tokenizer({}, false);
+  const auto with = [&](const char* key, const json& value) {
+    json j = base;
+    j[key] = value;
+    return j.dump();
+  };
+  expect_load_error(with("decoder", {{"type", "Sequence"},
+                                     {"decoders", {{{"type", "Strip"}, {"content", "ab"}, {"start", 1}}}}}),
+                    {"Strip decoder", "one character"});
+  expect_load_error(with("decoder", {{"type", "WordPiece"}}), {"unsupported decoder type \"WordPiece\""});
+  expect_load_error(with("decoder", nullptr), {"no decoder"});
+  expect_load_error(with("pre_tokenizer", {{"type", "Metaspace"}, {"prepend_scheme", "sometimes"}}),
+                    {"Metaspace pre-tokenizer", "prepend_scheme"});
+  expect_load_error(with("normalizer", {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "$&"}}),
+                    {"Replace normalizer", "'$'"});
+  expect_load_error(with("normalizer", {{"type", "Sequence"}, {"normalizers", {{{"type", "NFKC"}}}}}),
+                    {"unsupported normalizer type \"NFKC\""});
+}
+
+const Tokenizer& llama2() {
+  static const Tokenizer tok = Tokenizer::load(test_data() / "tokenizers" / "llama2");
+  return tok;
+}
+
+TEST(TokenizerSentencePiece, Llama2KnownIdsAndDecode) {
+  const Tokenizer& tok = llama2();
+  // Reference ids and decodes from @huggingface/tokenizers 0.2.0 (clean_up_tokenization_spaces off).
+  EXPECT_EQ(tok.encode("Hello world"), (Ids{1, 22557, 1526}));
+  EXPECT_EQ(tok.encode(" Hello"), (Ids{1, 28705, 22557}));
+  EXPECT_EQ(tok.encode("<s>Hi</s>"), (Ids{1, 1, 15359, 2}));
+  EXPECT_EQ(tok.encode("a\nb"), (Ids{1, 264, 13, 28726}));
+  EXPECT_EQ(tok.decode(Ids{1, 22557, 1526}), "<s> Hello world");
+  EXPECT_EQ(tok.decode(Ids{1, 22557, 1526}, /*skip_special_tokens=*/true), "Hello world");
+  EXPECT_EQ(tok.bos_id(), 1);
+  EXPECT_EQ(tok.eos_id(), 2);
+  EXPECT_EQ(tok.token_bytes(22557), " Hello");  // "▁Hello" in the middle of a text
+  EXPECT_EQ(tok.token_bytes(id_of(tok, "<0x0A>")), "\n");
+}
+
+TEST(TokenizerSentencePiece, StreamJoinsByteFallbackTokensAndDropsTheFirstSpace) {
+  const Tokenizer& tok = llama2();
+  // "😀" is F0 9F 98 80 in UTF-8: four byte tokens that only make a character together.
+  const Ids bytes = {id_of(tok, "<0xF0>"), id_of(tok, "<0x9F>"), id_of(tok, "<0x98>"), id_of(tok, "<0x80>")};
+  StreamDecoder stream(tok);
+  EXPECT_EQ(stream.push(1), "");  // <s>, skipped
+  EXPECT_EQ(stream.push(22557), "Hello");
+  std::vector<std::string> pieces;
+  for (int32_t id : bytes) pieces.push_back(stream.push(id));
+  EXPECT_EQ(pieces, (std::vector<std::string>{"", "", "", "\xF0\x9F\x98\x80"}));
+  EXPECT_EQ(stream.push(1526), " world");
+  EXPECT_EQ(stream.push(bytes[0]), "");
+  EXPECT_EQ(stream.flush(), "\xEF\xBF\xBD");  // the unfinished character
+  // A long stream (the window is cut back as it goes) adds up to decode().
+  const std::string text =
+      "  Two spaces, \xE4\xB8\xAD\xE6\x96\x87 and \xF0\x9F\x98\x80\xF0\x9F\x98\x81, tabs\t\tand\nlines";
+  const Ids ids = tok.encode(text + text + text);
+  std::string streamed;
+  StreamDecoder again(tok);
+  for (int32_t id : ids) streamed += again.push(id);
+  streamed += again.flush();
+  EXPECT_EQ(streamed, tok.decode(ids, /*skip_special_tokens=*/true));
+}
+
+TEST(TokenizerSentencePiece, ModelDirectoryLoadsThroughLibSentencePiece) {
+  const fs::path dir = test_data() / "tokenizers" / "mistral-v1";
+#ifdef HYBRIDLM_HAVE_SENTENCEPIECE
+  const Tokenizer tok = Tokenizer::load(dir);
+  EXPECT_EQ(tok.vocab_size(), 32000);
+  EXPECT_EQ(tok.bos_id(), 1);
+  EXPECT_EQ(tok.eos_id(), 2);
+  EXPECT_TRUE(tok.is_special(1));
+  const Ids ids = tok.encode("Hello world");
+  ASSERT_FALSE(ids.empty());
+  EXPECT_EQ(ids[0], 1);  // BOS first, as Llama and Mistral do
+  EXPECT_EQ(tok.encode("Hello world", /*add_special_tokens=*/false), Ids(ids.begin() + 1, ids.end()));
+  EXPECT_EQ(tok.decode(ids), "Hello world");
+  EXPECT_EQ(tok.token_to_id("<0x0A>"), 13);
+  EXPECT_EQ(tok.token_bytes(13), "\n");
+  // Not a model: one line naming the file.
+  TempDir bad;
+  bad.write("tokenizer.model", "not a protobuf \x01\x02\xff");
+  try {
+    Tokenizer::load(bad.path());
+    ADD_FAILURE() << "no error for a garbage tokenizer.model";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("tokenizer.model"), std::string::npos) << e.what();
+    EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
+  }
+#else
+  try {
+    Tokenizer::load(dir);
+    ADD_FAILURE() << "a build without libsentencepiece loaded tokenizer.model";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("this build has no SentencePiece support"), std::string::npos) << e.what();
+  }
+#endif
 }
 
 TEST(TokenizerReal, RandomBytesNeverCrash) {

@@ -254,10 +254,16 @@ void report_cache(Engine& e) {
   e.info("cache: " + (line.empty() ? std::string("none") : line));
 }
 
+bool has_tokenizer(const std::string& dir) {
+  const std::filesystem::path d(dir);
+  return std::filesystem::exists(d / "tokenizer.json") || std::filesystem::exists(d / "tokenizer.model");
+}
+
 Tokenizer load_tokenizer(const std::string& dir) {
   check_model_path(dir);
   const std::filesystem::path p = std::filesystem::path(dir) / "tokenizer.json";
-  check(std::filesystem::exists(p), p.string(), ": not found (this command needs the model's tokenizer)");
+  check(has_tokenizer(dir), p.string(),
+        ": not found, nor tokenizer.model (this command needs the model's tokenizer)");
   return Tokenizer::load(dir);
 }
 

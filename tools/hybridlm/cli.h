@@ -84,8 +84,10 @@ void report_mlock(const Engine& e);
 // The cache storage a run actually used (after defaults), one line through Engine::info (stderr
 // unless --quiet): "cache: state bf16, 1.2 MiB per sequence; KV bf16, 4 KiB per token".
 void report_cache(Engine& e);
-// DIR/tokenizer.json, or an Error saying the command needs it (check_model_path first).
+// DIR/tokenizer.json, else DIR/tokenizer.model (SentencePiece), or an Error saying the command
+// needs it (check_model_path first).
 Tokenizer load_tokenizer(const std::string& dir);
+bool has_tokenizer(const std::string& dir);  // DIR holds tokenizer.json or tokenizer.model
 // log softmax(logits)[id] over a row of `vocab` logits, in double.
 double token_logprob(const float* logits, int vocab, int32_t id);
 

@@ -29,7 +29,7 @@ int cmd_score(const ScoreFlags& f) {
   // -p needs the tokenizer; with --ids it only adds each token's text to the lines, where it exists.
   const bool by_ids = f.ids_flag->count() > 0;
   std::optional<Tokenizer> tok;
-  if (!by_ids || std::filesystem::exists(std::filesystem::path(mf.dir) / "tokenizer.json"))
+  if (!by_ids || has_tokenizer(mf.dir))
     tok.emplace(load_tokenizer(mf.dir));
   const std::vector<int32_t> ids = by_ids ? parse_ids(f.ids, "--ids") : tok->encode(f.prompt);
   check(!ids.empty(), by_ids ? "--ids: no token ids" : "the prompt is empty after tokenization");

@@ -76,7 +76,8 @@ Subcommand add_tokenize(CLI::App& parent) {
   auto f = std::make_shared<TokenizeFlags>();
   CLI::App* tk = parent.add_subcommand(
       "tokenize", "text to token ids (a JSON array, as --decode and score --ids read them), or ids back to text");
-  tk->add_option("-m,--model", f->dir, "model directory (or any directory with tokenizer.json), or a file in it")
+  tk->add_option("-m,--model", f->dir,
+                 "model directory (or any directory with tokenizer.json or tokenizer.model), or a file in it")
       ->required()
       ->transform(model_dir_of, "", "");
   CLI::Option_group* what = tk->add_option_group("input", "what to convert: one of");
