@@ -21,6 +21,12 @@ constexpr double kQ8VsF32 = 2e-2;
 // rounding, which can move a code across a rounding boundary: one step is ~0.4% of a block's
 // largest value).
 constexpr double kQ8Model = 0.1;
+// The same for the random-weight discrete Mamba-2 fixtures (llamba, hybridlm_m2d): their mixer
+// has no norm between the long-memory scan and out_proj, so weight rounding is amplified about 3x
+// over the hybridlm fixture at bf16 as at q8_0 (bf16 2.4e-2 vs 7e-3; q8_0 7-20% vs 3.5% measured
+// over seeds 15-19), a property of the weights, not of the kernels (q8_0 prefill + decode still
+// agrees with its own full forward to 3e-7).
+constexpr double kQ8ModelDiscreteMamba2 = 0.25;
 constexpr double kQ8DecodeVsPrefill = 1e-2;
 constexpr double kNorm = 1e-5;
 constexpr double kConv = 1e-5;

@@ -289,6 +289,25 @@ def zamba2_config(hidden, vocab, pattern, heads, kv_heads, d_ff, mamba_heads, d_
     }
 
 
+def llamba_config(d_model, layers, vocab, d_state, n_v_heads, n_qk_heads, d_ff, expand=1, chunk=128, tie=False,
+                  pad_multiple=8, norm_eps=1e-5):
+    """cartesia-pytorch LlambaConfig (discrete Mamba-2 blocks; research/ssm-math-serving-training.md A.4)."""
+    return {
+        "model_type": "llamba",
+        "vocab_size": vocab,
+        "d_model": d_model,
+        "n_layer": layers,
+        "tie_embeddings": tie,
+        "pad_vocab_size_multiple": pad_multiple,
+        "lm_head_bias": False,
+        "resid_dropout": 0.0,
+        "norm_epsilon": norm_eps,
+        "mlp_cfg": {"intermediate_size": d_ff, "bias": False, "act_fn": "silu"},
+        "ssm_cfg": {"d_state": d_state, "n_v_heads": n_v_heads, "n_qk_heads": n_qk_heads, "expand": expand,
+                    "chunk_size": chunk, "activation": "identity", "bias": False},
+        "torch_dtype": "float32",
+    }
+
 # Full-size shapes are the public Hugging Face configs (token ids marked "unverified" where
 # only the shapes were checked); tiny ones are for tests.
 PRESETS = {
@@ -328,6 +347,11 @@ PRESETS = {
     # Zamba2 at test size: two shared blocks alternating over three hybrid layers, LoRA adapters.
     "zamba2-tiny": lambda: zamba2_config(32, 512, "mhmhmhm", 4, 4, 80, 4, 16, n_blocks=2),
     "granite-h-tiny": lambda: granite_config(64, 4, 512, 4, 2, [2], 4, 2, 32, 48, 8, 16),
+    # Llamba at test size: 4 value heads over 2 B/C groups, a vocabulary padded 500 -> 504, a
+    # final-norm eps apart from the blocks' fixed 1e-5.
+    "llamba-tiny": lambda: llamba_config(64, 3, 500, 16, 4, 2, 128, chunk=16, norm_eps=1e-4),
+    # cartesia-ai/Llamba-8B (LlambaConfig defaults): for `plan`, not for tests.
+    "llamba-8b": lambda: llamba_config(4096, 32, 128256, 64, 32, 32, 14336),
     "nemotron-h-tiny": lambda: nemotron_h_config(64, 512, "M*-ME-M", 4, 2, 16, 96, 8, 16, 16, 2,
                                                  n_group=2, topk_group=1),
 }
@@ -408,6 +432,39 @@ def mamba2_mixer_specs(m, H, I, nh, G, N, K, use_bias, use_conv_bias, out_bias=N
         specs.append((m + "norm.weight", (I,), NORM_INIT))
     specs.append((m + "out_proj.weight", (H, I), normal(I ** -0.5)))
     if out_bias:
+        specs.append((m + "out_proj.bias", (H,), BIAS_INIT))
+    return specs
+
+
+def discrete_in_proj_init(H, nv):
+    """in_proj of the discrete Mamba-2: std H^-1/2, but the A~ rows (the last nv) x4, so that the
+    decays exp(-softplus(A~)) span ~0.02 to ~1 - 1e-4: short and long memories."""
+    def init(rng, n):
+        x = rng.standard_normal(n, dtype=np.float32) * np.float32(H ** -0.5)
+        if n < nv * H:
+            sys.exit("make_test_checkpoint: discrete Mamba-2 in_proj too large for one block")
+        x[n - nv * H:] *= np.float32(4.0)
+        return x
+    return init
+
+
+def discrete_mamba2_specs(m, H, I, nv, G, N, K, bias, conv_bias):
+    """Tensors of a discrete Mamba-2 mixer under prefix m (cartesia / phi-mamba names)."""
+    if I % nv != 0 or nv % G != 0:
+        sys.exit("make_test_checkpoint: need n_v_heads | d_inner and n_qk_heads | n_v_heads")
+    conv_dim = I + 2 * G * N
+    W = 2 * I + 2 * G * N + nv   # [x, B, C, z, A~]
+    specs = [(m + "in_proj.weight", (W, H), discrete_in_proj_init(H, nv))]
+    if bias:
+        specs.append((m + "in_proj.bias", (W,), BIAS_INIT))
+    else:
+        specs.append((m + "z_bias", (I,), BIAS_INIT))
+    specs.append((m + "conv1d.weight", (conv_dim, 1, K), normal(K ** -0.5)))
+    if conv_bias:
+        specs.append((m + "conv1d.bias", (conv_dim,), BIAS_INIT))
+    specs.append((m + "D", (nv,), NORM_INIT))
+    specs.append((m + "out_proj.weight", (H, I), normal(I ** -0.5)))
+    if bias:
         specs.append((m + "out_proj.bias", (H,), BIAS_INIT))
     return specs
 
@@ -509,6 +566,8 @@ def hybridlm_specs(cfg):
             specs += mamba1_mixer_specs(p + "mixer.", H, I, N, R, K, proj_bias, conv_bias)
         elif kind == "m2":
             specs += mamba2_mixer_specs(p + "mixer.", H, I, I // P, G, N, K, proj_bias, conv_bias)
+        elif kind == "m2d":
+            specs += discrete_mamba2_specs(p + "mixer.", H, I, I // P, G, N, K, proj_bias, conv_bias)
         elif kind == "t":
             specs += attention_specs(p + "mixer.", H, heads, kv_heads, hd, bool(att.get("bias", False)),
                                      bool(att.get("qk_norm", False)))
@@ -815,7 +874,33 @@ def zamba2_specs(cfg):
     return specs + tail
 
 
-HYBRID_SPECS = {"zamba2": zamba2_specs, "falcon_h1": falcon_h1_specs, "granitemoehybrid": granitemoehybrid_specs, "hybridlm": hybridlm_specs, "jamba": jamba_specs, "bamba": bamba_specs, "lfm2": lfm2_specs,
+def llamba_specs(cfg):
+    """cartesia-pytorch LlambaLMHeadModel: backbone.embedding, backbone.layers.N.{input_layernorm,
+    mixer.*, post_attention_layernorm, mlp.*}, backbone.final_layernorm, lm_head (untied)."""
+    H = int(cfg["d_model"])
+    mult = int(cfg.get("pad_vocab_size_multiple", 8))
+    V = (int(cfg["vocab_size"]) + mult - 1) // mult * mult
+    tie = bool(cfg.get("tie_embeddings", False))
+    ssm, mc = cfg.get("ssm_cfg", {}), cfg.get("mlp_cfg", {})
+    I = int(ssm.get("expand", 1) * H)
+    N, K = int(ssm.get("d_state", 64)), int(ssm.get("d_conv", 4))
+    nv, G = int(ssm.get("n_v_heads", 32)), int(ssm.get("n_qk_heads", 32))
+    F = int(mc.get("intermediate_size", 14336))
+    specs = [("backbone.embedding.weight", (V, H), normal(H ** -0.25 if tie else 1.0))]
+    for i in range(int(cfg.get("n_layer", 32))):
+        p = "backbone.layers.%d." % i
+        specs.append((p + "input_layernorm.weight", (H,), NORM_INIT))
+        specs += discrete_mamba2_specs(p + "mixer.", H, I, nv, G, N, K, bool(ssm.get("bias", False)),
+                                       bool(ssm.get("conv_bias", True)))
+        specs.append((p + "post_attention_layernorm.weight", (H,), NORM_INIT))
+        specs += mlp_specs(p + "mlp.", H, F, bool(mc.get("gated", True)))
+    specs.append(("backbone.final_layernorm.weight", (H,), NORM_INIT))
+    if not tie:
+        specs.append(("lm_head.weight", (V, H), normal(H ** -0.5)))
+    return specs
+
+
+HYBRID_SPECS = {"llamba": llamba_specs, "zamba2": zamba2_specs, "falcon_h1": falcon_h1_specs, "granitemoehybrid": granitemoehybrid_specs, "hybridlm": hybridlm_specs, "jamba": jamba_specs, "bamba": bamba_specs, "lfm2": lfm2_specs,
                 "nemotron_h": nemotron_h_specs}
 
 
@@ -951,12 +1036,13 @@ def build_config(args):
         if not sep:
             sys.exit("make_test_checkpoint: --set wants KEY=VALUE, got %r" % item)
         cfg[key] = parse_value(value)
+    llamba = cfg.get("model_type") == "llamba"  # LlambaConfig names these keys its own way
     if args.layers is not None:
-        cfg["num_hidden_layers"] = args.layers
+        cfg["n_layer" if llamba else "num_hidden_layers"] = args.layers
     if args.vocab is not None:
         cfg["vocab_size"] = args.vocab
     if args.tie is not None:
-        cfg["tie_word_embeddings"] = args.tie
+        cfg["tie_embeddings" if llamba else "tie_word_embeddings"] = args.tie
     # Keep derived sizes consistent when --set changed what they derive from.
     set_keys = {item.partition("=")[0] for item in args.set}
     if cfg.get("model_type") in ("mamba", "falcon_mamba"):

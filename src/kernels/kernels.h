@@ -198,6 +198,8 @@ struct KernelTable {
                    const float*, const SsdDims&, float*, float*);
   void (*ssd_step_bf16)(const KernelContext&, const float*, const float*, const float*, const float*,
                         const float*, const float*, const SsdDims&, uint16_t*, float*);
+  decltype(&ref::ssd_scan_discrete) ssd_scan_discrete;
+  decltype(&ref::ssd_step_discrete) ssd_step_discrete;
   void (*softplus)(const KernelContext&, float*, size_t);
   decltype(&ref::embedding) embedding;
   decltype(&ref::rope) rope;

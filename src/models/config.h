@@ -17,8 +17,9 @@ namespace hybridlm {
 
 // A block's sequence mixer. None: a block that is only a feed-forward (Nemotron-H's MLP layers).
 // Mamba2Attention: Falcon-H1's parallel layer, mamba2(x) + attention(x) on the same input.
-enum class MixerKind { None, Mamba1, Mamba2, Attention, ShortConv, Mamba2Attention };
-// "none", "mamba1", "mamba2", "attention", "short_conv", "mamba2||attention"
+// Mamba2Discrete: the discrete Mamba-2 of MOHAWK / Llamba (Mamba2DiscreteSpec).
+enum class MixerKind { None, Mamba1, Mamba2, Attention, ShortConv, Mamba2Attention, Mamba2Discrete };
+// "none", "mamba1", "mamba2", "attention", "short_conv", "mamba2||attention", "mamba2_discrete"
 const char* mixer_kind_name(MixerKind k);
 
 // How Mamba-2's gated RMSNorm groups channels. Grouped (per d_inner / n_groups channels) is the
@@ -52,6 +53,21 @@ struct Mamba2Spec {
   // the output x out_scale.
   float in_scale = 1.0f, out_scale = 1.0f;
   float mup[5] = {1.0f, 1.0f, 1.0f, 1.0f, 1.0f};
+  int conv_dim() const { return d_inner + 2 * n_groups * d_state; }
+  int in_proj_dim() const { return 2 * d_inner + 2 * n_groups * d_state + n_heads; }
+};
+
+// The discrete Mamba-2 mixer (MOHAWK, Bick et al. 2024; Llamba): in_proj -> [x, B, C, z, A~]
+// (sizes I, G*N, G*N, I, nh); causal conv over xBC with no activation after it (or silu); per token
+// and value head the decay a_t = exp(-softplus(A~_t)) and no dt on the input:
+//   S_t = a_t S_{t-1} + x_t B_t^T,  y_t = S_t C_t + D_h x_t,  out = out_proj(y * silu(z + z_bias)).
+// nh = n_v_heads value heads of head_dim = I / nh; G = n_qk_heads groups of B and C.
+struct Mamba2DiscreteSpec {
+  int d_inner = 0, d_state = 0, d_conv = 4, n_heads = 0, head_dim = 0, n_groups = 0;
+  int chunk_size = 128;
+  // bias: in_proj and out_proj biases; without them the gate has a learned z_bias (I).
+  bool proj_bias = false, conv_bias = true;
+  bool conv_silu = false;  // ssm_cfg.activation "silu" / "swish"; Llamba: "identity"
   int conv_dim() const { return d_inner + 2 * n_groups * d_state; }
   int in_proj_dim() const { return 2 * d_inner + 2 * n_groups * d_state + n_heads; }
 };
@@ -150,6 +166,7 @@ struct BlockSpec {
   MixerKind mixer = MixerKind::Mamba1;
   Mamba1Spec m1;
   Mamba2Spec m2;
+  Mamba2DiscreteSpec m2d;
   AttentionSpec attn;
   ShortConvSpec conv;
   FfnSpec ffn;
@@ -163,6 +180,10 @@ struct HybridConfig {
   int d_model = 0;
   int vocab_size = 0;
   float norm_eps = 1e-5f;
+  // The eps of the blocks' norms when it differs from the final norm's (Llamba: 1e-5 in every
+  // block whatever norm_epsilon says); unset: norm_eps.
+  std::optional<float> block_norm_eps;
+  float block_eps() const { return block_norm_eps.value_or(norm_eps); }
   bool tie_embeddings = true;
   // µP-style scalars (Granite, Falcon-H1): h0 = embedding(ids) x embedding_multiplier; every
   // residual add is h += residual_multiplier x sublayer(h); logits x logits_multiplier.

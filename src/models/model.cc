@@ -213,10 +213,10 @@ void Model::forward_layers(const KernelContext& ctx, std::span<const int32_t> to
       zamba2_shared_forward(ctx, cfg_.shared, shared_[b.shared_block], w.zamba, sc.h.data(), sc.emb.data(), T, H,
                             sc.runs, arena, sc.mix2.data());
       for (size_t i = 0; i < sc.h.size(); ++i) sc.xn[i] = sc.h[i] + sc.mix2[i];
-      ctx.ops->rmsnorm(ctx, sc.xn.data(), w.norm.data(), T, H, cfg_.norm_eps, sc.xn.data());
+      ctx.ops->rmsnorm(ctx, sc.xn.data(), w.norm.data(), T, H, cfg_.block_eps(), sc.xn.data());
     } else if (w.mixer) {
       // xn = rmsnorm(h) * norm_w
-      ctx.ops->rmsnorm(ctx, sc.h.data(), w.norm.data(), T, H, cfg_.norm_eps, sc.xn.data());
+      ctx.ops->rmsnorm(ctx, sc.h.data(), w.norm.data(), T, H, cfg_.block_eps(), sc.xn.data());
     }
     if (w.mixer) {
       // h += mixer(xn)
@@ -227,7 +227,7 @@ void Model::forward_layers(const KernelContext& ctx, std::span<const int32_t> to
     cache.store_state(runs, l, ctx.pool);
     if (b.ffn.kind != FfnKind::None) {
       // h += ffn(rmsnorm(h) * ffn_norm_w)
-      ctx.ops->rmsnorm(ctx, sc.h.data(), w.ffn_norm.data(), T, H, cfg_.norm_eps, sc.xn.data());
+      ctx.ops->rmsnorm(ctx, sc.h.data(), w.ffn_norm.data(), T, H, cfg_.block_eps(), sc.xn.data());
       ffn_forward(ctx, b.ffn, w.ffn, sc.xn.data(), T, sc.ffn, sc.mix.data());
       for (size_t i = 0; i < sc.h.size(); ++i) sc.h[i] += rm * sc.mix[i];
     }

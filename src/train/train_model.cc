@@ -103,6 +103,8 @@ void TrainModel::check_supported() const {
         if (s.in_scale != 1.0f || s.k_scale != 1.0f || s.out_scale != 1.0f) refuse("attention multipliers");
         break;
       }
+      case MixerKind::Mamba2Discrete:
+        throw Error("training: m2d (discrete Mamba-2) training is not supported yet: its backward is not written");
       default:
         refuse(std::string("the mixer '") + block_label(b) + "'");
     }

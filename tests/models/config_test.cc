@@ -264,7 +264,8 @@ TEST(Config, HybridlmBlockPattern) {
 
   json j = base;
   j["block_pattern"] = {"m2", "x", "t"};
-  EXPECT_NE(error_of(j).find("block_pattern[1] = \"x\": unknown block kind (use m = Mamba-1, m2 = Mamba-2, t = attention)"),
+  EXPECT_NE(error_of(j).find("block_pattern[1] = \"x\": unknown block kind (use m = Mamba-1, m2 = Mamba-2, "
+                            "m2d = discrete Mamba-2, t = attention)"),
             std::string::npos)
       << error_of(j);
   j = base;
@@ -294,6 +295,84 @@ TEST(Config, HybridlmBlockPattern) {
   j = base;
   j["mlp"]["activation"] = "tanh";
   EXPECT_NE(error_of(j).find("mlp: activation = \"tanh\": unknown activation"), std::string::npos) << error_of(j);
+}
+
+TEST(Config, HybridlmDiscreteMamba2Blocks) {
+  json j = {{"model_type", "hybridlm"}, {"hidden_size", 64}, {"vocab_size", 100}, {"block_pattern", {"m2d", "t"}},
+            {"ssm", {{"d_state", 8}, {"head_dim", 16}, {"n_groups", 2}, {"chunk_size", 32}}}};
+  const HybridConfig c = parse_config(j, "config.json");
+  EXPECT_EQ(c.layer_pattern(), "mamba2_discrete x1, attention x1");
+  const Mamba2DiscreteSpec& m = c.blocks[0].m2d;
+  EXPECT_EQ(m.n_heads, 8);  // expand 2 x 64 / head_dim 16
+  EXPECT_EQ(m.n_groups, 2);
+  EXPECT_EQ(m.chunk_size, 32);
+  EXPECT_FALSE(m.conv_silu);
+  EXPECT_EQ(m.in_proj_dim(), 2 * 128 + 2 * 2 * 8 + 8);
+  j["ssm"]["n_groups"] = 3;
+  EXPECT_NE(error_of(j).find("ssm: n_groups = 3: must divide the discrete Mamba-2 head count 8"), std::string::npos)
+      << error_of(j);
+}
+
+// cartesia-ai/Llamba-3B's config.json (research/ssm-math-serving-training.md A.4).
+TEST(Config, LlambaKeysWeightNamesAndErrors) {
+  const json base = {{"model_type", "llamba"},
+                     {"d_model", 3072},
+                     {"n_layer", 28},
+                     {"vocab_size", 128256},
+                     {"tie_embeddings", true},
+                     {"pad_vocab_size_multiple", 8},
+                     {"lm_head_bias", false},
+                     {"norm_epsilon", 1e-5},
+                     {"mlp_cfg", {{"intermediate_size", 8192}, {"bias", false}, {"act_fn", "silu"}}},
+                     {"ssm_cfg",
+                      {{"d_state", 64}, {"n_v_heads", 32}, {"n_qk_heads", 32}, {"expand", 1}, {"chunk_size", 128},
+                       {"activation", "identity"}, {"bias", false}}}};
+  const HybridConfig c = parse_config(base, "config.json");
+  EXPECT_EQ(c.family, "llamba");
+  EXPECT_EQ(c.n_layers(), 28);
+  EXPECT_EQ(c.layer_pattern(), "mamba2_discrete+mlp x28");
+  EXPECT_TRUE(c.tie_embeddings);
+  EXPECT_FLOAT_EQ(c.block_eps(), 1e-5f);
+  const Mamba2DiscreteSpec& m = c.blocks[0].m2d;
+  EXPECT_EQ(m.d_inner, 3072);
+  EXPECT_EQ(m.head_dim, 96);
+  EXPECT_EQ(m.n_heads, 32);
+  EXPECT_EQ(m.n_groups, 32);
+  EXPECT_EQ(m.d_conv, 4);
+  EXPECT_TRUE(m.conv_bias);
+  EXPECT_FALSE(m.proj_bias);
+  EXPECT_EQ(c.blocks[0].ffn.mlp.d_ff, 8192);
+  EXPECT_EQ(c.embedding_name, "backbone.embedding.weight");
+  EXPECT_EQ(c.final_norm_name, "backbone.final_layernorm.weight");
+  EXPECT_EQ(c.blocks[27].names.mixer_norm, "backbone.layers.27.input_layernorm.weight");
+  EXPECT_EQ(c.blocks[27].names.ffn_norm, "backbone.layers.27.post_attention_layernorm.weight");
+  EXPECT_EQ(c.blocks[27].names.ffn, "backbone.layers.27.mlp.");
+
+  json j = base;
+  j["vocab_size"] = 1001;  // padded up to a multiple of pad_vocab_size_multiple
+  EXPECT_EQ(parse_config(j, "config.json").vocab_size, 1008);
+  j = base;
+  j["norm_epsilon"] = 1e-6;  // the final norm only: the blocks keep cartesia's fixed 1e-5
+  EXPECT_FLOAT_EQ(parse_config(j, "config.json").norm_eps, 1e-6f);
+  EXPECT_FLOAT_EQ(parse_config(j, "config.json").block_eps(), 1e-5f);
+  j = base;
+  j["ssm_cfg"]["n_v_heads"] = 40;
+  EXPECT_NE(error_of(j).find("ssm_cfg: n_v_heads = 40: must divide expand x d_model = 3072"), std::string::npos)
+      << error_of(j);
+  j = base;
+  j["ssm_cfg"]["n_qk_heads"] = 5;
+  EXPECT_NE(error_of(j).find("ssm_cfg: n_qk_heads = 5: must divide n_v_heads = 32"), std::string::npos) << error_of(j);
+  j = base;
+  j["ssm_cfg"]["activation"] = "relu";
+  EXPECT_NE(error_of(j).find("ssm_cfg: activation = \"relu\": use identity, silu or swish"), std::string::npos)
+      << error_of(j);
+  j = base;
+  j["lm_head_bias"] = true;
+  EXPECT_NE(error_of(j).find("lm_head_bias = true: an LM head with a bias is not supported"), std::string::npos)
+      << error_of(j);
+  j = base;
+  j.erase("d_model");
+  EXPECT_NE(error_of(j).find("missing required key 'd_model'"), std::string::npos) << error_of(j);
 }
 
 }  // namespace

@@ -26,4 +26,8 @@ mkdir -p "$out"
 "$py" "$tool" --preset granite-h-tiny --out "$out/granite" --seed 11 --set position_embedding_type='"rope"' >/dev/null
 "$py" "$tool" --preset falcon-h1-tiny --out "$out/falcon_h1" --seed 12 --set mamba_rms_norm=true >/dev/null
 "$py" "$tool" --preset zamba2-tiny --out "$out/zamba2" --seed 13 --set use_mem_rope=true >/dev/null
+# Discrete Mamba-2: Llamba (grouped B/C, padded vocabulary) and m2d blocks around attention.
+"$py" "$tool" --preset llamba-tiny --out "$out/llamba" --seed 15 >/dev/null
+"$py" "$tool" --preset hybridlm-tiny --out "$out/hybridlm_m2d" --seed 16 --set 'block_pattern=["m2d", "t", "m2d"]' \
+  --set 'ssm={"d_state": 16, "head_dim": 16, "n_groups": 2, "chunk_size": 8}' >/dev/null
 echo "fixtures written to $out"

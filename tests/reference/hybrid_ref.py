@@ -6,7 +6,8 @@ research/hf-hybrid.md (C.3 onwards), independently of the engine: every recurren
 loop over time (via mamba_ref's scans), attention is the dense causal softmax over all previous
 positions, MoE routes each token on its own.
 
-Families:  hybridlm (our block-pattern format, docs/model-format.md); the mamba_ssm families
+Families:  hybridlm (our block-pattern format, docs/model-format.md), llamba (discrete Mamba-2,
+           research/ssm-math-serving-training.md A.4); the mamba_ssm families
            (mamba, falcon_mamba, mamba2) are delegated to mamba_ref.
 
 Attention: q, k, v = u Wq^T, u Wk^T, u Wv^T split into heads; RoPE (rotate-half: dims j and
@@ -92,6 +93,41 @@ def mamba2(w, p, u, H, I, nh, G, N, K, proj_bias, conv_bias, eps, group_size, dt
     y = mamba_ref.mamba2_scan(x, delta, A, B, C, w(p + "D", (nh,)), nh // G).reshape(T, I)
     y = gated_rmsnorm(y, z, w(p + "norm.weight", (I,)), eps, group_size)
     return linear(y, w(p + "out_proj.weight", (H, I)), w.opt(p + "out_proj.bias", (H,), out_bias))
+
+
+def discrete_mamba2(w, p, u, H, I, nv, G, N, K, bias, conv_bias, conv_act="identity"):
+    """Discrete Mamba-2 (MOHAWK, Bick et al. 2024; Llamba), written from the published math as a
+    plain loop over time: in_proj -> [x (I), B (G*N), C (G*N), z (I), A~ (nv)]; causal conv over
+    xBC with no activation ("identity"); per token and value head a = exp(-softplus(A~)),
+    S_t = a_t S_{t-1} + x_t B_t^T (no dt), y_t = S_t C_t + D_h x_t;
+    out = out_proj(y * silu(z + z_bias)).
+    Value head h (head_dim I / nv) reads B/C group h // (nv / G). z_bias exists only without bias."""
+    T = u.shape[0]
+    P = I // nv
+    conv_dim = I + 2 * G * N
+    W = 2 * I + 2 * G * N + nv
+    proj = linear(u, w(p + "in_proj.weight", (W, H)), w.opt(p + "in_proj.bias", (W,), bias))
+    xBC, z, a_raw = proj[:, :conv_dim], proj[:, conv_dim:conv_dim + I], proj[:, conv_dim + I:]
+    xBC = causal_conv1d(xBC, w(p + "conv1d.weight", (conv_dim, 1, K)),
+                        w.opt(p + "conv1d.bias", (conv_dim,), conv_bias))
+    if conv_act in ("silu", "swish"):
+        xBC = silu(xBC)
+    x = xBC[:, :I].reshape(T, nv, P)
+    B = xBC[:, I:I + G * N].reshape(T, G, N)
+    C = xBC[:, I + G * N:].reshape(T, G, N)
+    decay = np.exp(-softplus(a_raw))                              # (T, nv), in (0, 1)
+    D = w(p + "D", (nv,))
+    rep = nv // G
+    S = np.zeros((nv, P, N))
+    y = np.zeros((T, nv, P))
+    for t in range(T):
+        for h in range(nv):
+            g = h // rep
+            S[h] = decay[t, h] * S[h] + np.outer(x[t, h], B[t, g])
+            y[t, h] = S[h] @ C[t, g] + D[h] * x[t, h]
+    zb = z + (w(p + "z_bias", (I,)) if not bias else 0.0)
+    g = y.reshape(T, I) * silu(zb)
+    return linear(g, w(p + "out_proj.weight", (H, I)), w.opt(p + "out_proj.bias", (H,), bias))
 
 
 def rope(x, rot, theta):
@@ -180,6 +216,8 @@ def hybridlm_forward(c, w, ids, norm_groups):
         elif kind == "m2":
             gs = I // G if norm_groups == "grouped" else I
             h = h + mamba2(w, p + "mixer.", u, H, I, I // P, G, N, K, proj_bias, conv_bias, eps, gs)
+        elif kind == "m2d":
+            h = h + discrete_mamba2(w, p + "mixer.", u, H, I, I // P, G, N, K, proj_bias, conv_bias)
         elif kind == "t":
             qk_eps = eps if att.get("qk_norm", False) else None
             h = h + attention(w, p + "mixer.", u, H, heads, kv_heads, hd, rot, theta,
@@ -556,7 +594,34 @@ def zamba2_forward(c, w, ids, norm_groups):
     return h @ (w("model.embed_tokens.weight") if c.get("tie_word_embeddings", True) else w("lm_head.weight", (V, H))).T
 
 
-FAMILIES = {"zamba2": zamba2_forward, "falcon_h1": falcon_h1_forward, "granitemoehybrid": granitemoehybrid_forward, "nemotron_h": nemotron_h_forward, "hybridlm": hybridlm_forward, "jamba": jamba_forward, "bamba": bamba_forward, "lfm2": lfm2_forward}
+def llamba_forward(c, w, ids, norm_groups):
+    """Llamba (cartesia-pytorch LlambaLMHeadModel): Llama-shaped blocks around the discrete Mamba-2.
+    The vocabulary is padded up to pad_vocab_size_multiple; the block norms use eps 1e-5 whatever
+    norm_epsilon says, the final norm norm_epsilon."""
+    H = int(c["d_model"])
+    mult = int(c.get("pad_vocab_size_multiple", 8))
+    V = (int(c["vocab_size"]) + mult - 1) // mult * mult
+    eps = float(c.get("norm_epsilon", 1e-5))
+    ssm, mc = c.get("ssm_cfg", {}), c.get("mlp_cfg", {})
+    I = int(ssm.get("expand", 1) * H)
+    N, K = int(ssm.get("d_state", 64)), int(ssm.get("d_conv", 4))
+    nv, G = int(ssm.get("n_v_heads", 32)), int(ssm.get("n_qk_heads", 32))
+    bias, conv_bias = bool(ssm.get("bias", False)), bool(ssm.get("conv_bias", True))
+    F = int(mc.get("intermediate_size", 14336))
+    h = w("backbone.embedding.weight", (V, H))[ids]
+    for i in range(int(c.get("n_layer", 32))):
+        p = "backbone.layers.%d." % i
+        u = rmsnorm(h, w(p + "input_layernorm.weight", (H,)), 1e-5)
+        h = h + discrete_mamba2(w, p + "mixer.", u, H, I, nv, G, N, K, bias, conv_bias,
+                                ssm.get("activation", "identity"))
+        u = rmsnorm(h, w(p + "post_attention_layernorm.weight", (H,)), 1e-5)
+        h = h + mlp(w, p + "mlp.", u, H, F, mc.get("act_fn", "silu"))
+    h = rmsnorm(h, w("backbone.final_layernorm.weight", (H,)), eps)
+    head = w("backbone.embedding.weight") if c.get("tie_embeddings", False) else w("lm_head.weight", (V, H))
+    return h @ head.T
+
+
+FAMILIES = {"zamba2": zamba2_forward, "falcon_h1": falcon_h1_forward, "granitemoehybrid": granitemoehybrid_forward, "nemotron_h": nemotron_h_forward, "hybridlm": hybridlm_forward, "jamba": jamba_forward, "bamba": bamba_forward, "lfm2": lfm2_forward, "llamba": llamba_forward}
 
 
 class Model:
@@ -564,6 +629,9 @@ class Model:
         self.config = config
         self.model_type = config["model_type"]
         self.vocab = int(config["vocab_size"])
+        if self.model_type == "llamba":  # the model pads its vocabulary
+            mult = int(config.get("pad_vocab_size_multiple", 8))
+            self.vocab = (self.vocab + mult - 1) // mult * mult
         self.tensors = tensors
 
 

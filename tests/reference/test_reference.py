@@ -142,6 +142,17 @@ CASES = [
      ["--preset", "hybridlm-tiny", "--dtype", "bf16", "--set", 'block_pattern=["m", "t"]',
       "--set", 'attention={"num_heads": 2, "num_kv_heads": 2, "bias": true}',
       "--set", 'mlp={"intermediate_size": 80, "activation": "gelu"}'], 33),
+    # Discrete Mamba-2 (Llamba): grouped and ungrouped B/C, a padded vocabulary, prompts over
+    # several chunks and over two 512-token prefill steps (the second continues from the state).
+    ("llamba-tiny", ["--preset", "llamba-tiny"], 37),
+    ("llamba n_qk_heads 4, tied, T 150", ["--preset", "llamba-tiny", "--tie", "--set",
+     'ssm_cfg={"d_state": 16, "n_v_heads": 4, "n_qk_heads": 4, "expand": 1, "chunk_size": 16}'], 150),
+    ("llamba n_qk_heads 1, expand 2, bias, silu conv", ["--preset", "llamba-tiny", "--set",
+     'ssm_cfg={"d_state": 8, "n_v_heads": 8, "n_qk_heads": 1, "expand": 2, "chunk_size": 8, "bias": true, '
+     '"activation": "silu"}'], 45),
+    ("llamba T 600 (two prefill chunks)", ["--preset", "llamba-tiny", "--layers", "1"], 600),
+    ("hybridlm m2d, t, m2d", ["--preset", "hybridlm-tiny", "--set", 'block_pattern=["m2d", "t", "m2d"]',
+     "--set", 'ssm={"d_state": 16, "head_dim": 16, "n_groups": 2, "chunk_size": 8}'], 41),
     # The shipped model (models/default, trained by this engine; bf16 weights widened exactly).
     ("models/default (trained here)", None, 70, {"dir": os.path.join(HERE, "..", "..", "models", "default")}),
 ]

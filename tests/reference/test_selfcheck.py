@@ -383,6 +383,40 @@ def e_variants_give_same_model():
         assert 0 < np.max(np.abs(bf - base)) < 0.1 * max(1.0, np.max(np.abs(base)))
 
 
+# ---------------------------------------------------------------------------------------------
+# (f) discrete Mamba-2 (Llamba) against the reference code's own formulation
+# ---------------------------------------------------------------------------------------------
+
+
+@case
+def f_discrete_mamba2_equals_the_ssd_call_of_the_reference_code():
+    """hybrid_ref.discrete_mamba2 writes the recurrence directly (decay exp(-softplus(A~)), input
+    x B^T). cartesia / phi-mamba reach it through the Mamba-2 kernel with x / softplus(A~),
+    dt = softplus(A~) and A = -1; in float64 the divide is harmless, so the two must agree."""
+    import hybrid_ref  # noqa: E402 (tests/reference, on the path)
+    rng = np.random.default_rng(21)
+    H, I, nv, G, N, K = 8, 12, 4, 2, 3, 4
+    T, P, conv_dim = 23, I // nv, I + 2 * G * N
+    W = 2 * I + 2 * G * N + nv
+    t = {"m.in_proj.weight": rng.standard_normal((W, H)) * 0.5,
+         "m.conv1d.weight": rng.standard_normal((conv_dim, 1, K)),
+         "m.conv1d.bias": rng.standard_normal(conv_dim) * 0.1, "m.D": rng.standard_normal(nv),
+         "m.z_bias": rng.standard_normal(I) * 0.1, "m.out_proj.weight": rng.standard_normal((H, I))}
+    t["m.in_proj.weight"][-nv:] *= 6.0  # decays from ~0 to ~1
+    u = rng.standard_normal((T, H))
+    got = hybrid_ref.discrete_mamba2(hybrid_ref.Weights(t), "m.", u, H, I, nv, G, N, K, False, True)
+    proj = u @ t["m.in_proj.weight"].T
+    xBC = mamba_ref.causal_conv1d(proj[:, :conv_dim], t["m.conv1d.weight"], t["m.conv1d.bias"])
+    z, a = proj[:, conv_dim:conv_dim + I], proj[:, conv_dim + I:]
+    dt = mamba_ref.softplus(a)
+    x = xBC[:, :I].reshape(T, nv, P)
+    y = mamba_ref.mamba2_scan(x / dt[:, :, None], dt, -np.ones(nv), xBC[:, I:I + G * N].reshape(T, G, N),
+                              xBC[:, I + G * N:].reshape(T, G, N), np.zeros(nv), nv // G)
+    y = y + t["m.D"][None, :, None] * x
+    want = (y.reshape(T, I) * mamba_ref.silu(z + t["m.z_bias"])) @ t["m.out_proj.weight"].T
+    assert_close(got, want, 1e-11, "discrete Mamba-2 vs x / softplus, dt = softplus, A = -1")
+
+
 def main():
     global SCRATCH
     if len(sys.argv) != 2:

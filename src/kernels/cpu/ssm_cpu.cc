@@ -136,16 +136,32 @@ HYBRIDLM_INLINE void m1_channels(const float* x, int ld_x, const float* dt, cons
 }
 HYBRIDLM_SIMD_VARIANTS(m1, m1_channels)
 
+// How a step's state decays and how its input is weighed: Mamba-2 (log-decay dt A_h, input
+// weight dt) or the discrete Mamba-2 (log-decay given per token, input weight 1). Both scans are
+// the same loops over one of these.
+struct Mamba2Decay {
+  const float* dt;  // (T, nh)
+  const float* A;   // (nh)
+  HYBRIDLM_INLINE float log_decay(size_t i, size_t h) const { return dt[i] * A[h]; }
+  HYBRIDLM_INLINE float weight(size_t i) const { return dt[i]; }
+};
+struct DiscreteDecay {
+  const float* log_a;  // (T, nh)
+  HYBRIDLM_INLINE float log_decay(size_t i, size_t) const { return log_a[i]; }
+  HYBRIDLM_INLINE float weight(size_t) const { return 1.0f; }
+};
+
 // ---- Mamba-2 SSD over heads [hb, he) -----------------------------------------------------------
 // Per chunk of Q steps with cumulative log-decay s_i (see ref/ops_ref.cc for the formulas):
-//   y_i = sum_{j<=i} exp(s_i - s_j) (C_i.B_j) dt_j x_j + exp(s_i) S_in C_i + D x_i
-//   S_out = exp(s_last) S_in + sum_j exp(s_last - s_j) dt_j x_j B_j^T
+//   y_i = sum_{j<=i} exp(s_i - s_j) (C_i.B_j) w_j x_j + exp(s_i) S_in C_i + D x_i
+//   S_out = exp(s_last) S_in + sum_j exp(s_last - s_j) w_j x_j B_j^T
 // A run of one token (decode) is the plain recurrence, which is the same formula with Q = 1.
-HYBRIDLM_INLINE void ssd_heads(const float* x, int ld_x, const float* dt, const float* A,
-                               const float* B, const float* C, int ld_bc, const float* D,
-                               const SsdDims& dm, int chunk, float* S, int T, float* y,
+// (w_j = dt_j for Mamba-2, 1 for the discrete Mamba-2.)
+template <class Decay>
+HYBRIDLM_INLINE void ssd_heads(const float* x, int ld_x, Decay dec, const float* B, const float* C, int ld_bc,
+                               const float* D, const SsdDims& dm, int chunk, float* S, int T, float* y,
                                size_t hb, size_t he, float* s, float* L, float* wj) {
-  // s, wj: (chunk); L: (chunk, chunk).
+  // s, wj: (chunk); L: (chunk, chunk). dec's arrays are (T, nh), read at t * nh + h.
   const int nh = dm.n_heads, P = dm.head_dim, N = dm.d_state, hpg = nh / dm.n_groups;
   for (size_t h = hb; h < he; ++h) {
     const size_t g = h / hpg;
@@ -154,7 +170,7 @@ HYBRIDLM_INLINE void ssd_heads(const float* x, int ld_x, const float* dt, const 
       const int Q = std::min(chunk, T - c0);
       float acc_s = 0;
       for (int i = 0; i < Q; ++i) {
-        acc_s += dt[static_cast<size_t>(c0 + i) * nh + h] * A[h];
+        acc_s += dec.log_decay(static_cast<size_t>(c0 + i) * nh + h, h);
         s[i] = acc_s;
       }
       // L[i, j] = exp(s_i - s_j) * (C_i . B_j) * dt_j for j <= i.
@@ -163,7 +179,8 @@ HYBRIDLM_INLINE void ssd_heads(const float* x, int ld_x, const float* dt, const 
         for (int j = 0; j <= i; ++j) {
           const float* Bj = B + static_cast<size_t>(c0 + j) * ld_bc + g * N;
           const float cb = vdot(Ci, Bj, N);
-          L[static_cast<size_t>(i) * chunk + j] = vexp(s[i] - s[j]) * cb * dt[static_cast<size_t>(c0 + j) * nh + h];
+          L[static_cast<size_t>(i) * chunk + j] =
+              vexp(s[i] - s[j]) * cb * dec.weight(static_cast<size_t>(c0 + j) * nh + h);
         }
       }
       for (int i = 0; i < Q; ++i) {
@@ -183,7 +200,7 @@ HYBRIDLM_INLINE void ssd_heads(const float* x, int ld_x, const float* dt, const 
         }
       }
       const float e_last = vexp(s[Q - 1]);
-      for (int j = 0; j < Q; ++j) wj[j] = vexp(s[Q - 1] - s[j]) * dt[static_cast<size_t>(c0 + j) * nh + h];
+      for (int j = 0; j < Q; ++j) wj[j] = vexp(s[Q - 1] - s[j]) * dec.weight(static_cast<size_t>(c0 + j) * nh + h);
       for (int p = 0; p < P; ++p) {
         float* Sp = Sh + static_cast<size_t>(p) * N;
         for (int n = 0; n < N; ++n) Sp[n] *= e_last;
@@ -207,19 +224,18 @@ HYBRIDLM_SIMD_VARIANTS(softplus, softplus_range)
 // ---- Mamba-2 single step over heads [hb, he) ---------------------------------------------------
 // One pass over the state: each row (h, p) is read, decayed and updated, dotted with C, and written
 // back. With bf16 storage the updated row is kept in f32 for the dot and rounded once on the way out.
-template <class St>
-HYBRIDLM_INLINE void ssd_step_heads(const float* x, const float* dt, const float* A, const float* B,
-                                    const float* C, const float* D, const SsdDims& dm, St* S, float* y,
-                                    size_t hb, size_t he, float* wide) {
+template <class Decay, class St>
+HYBRIDLM_INLINE void ssd_step_heads(const float* x, Decay dec, const float* B, const float* C, const float* D,
+                                    const SsdDims& dm, St* S, float* y, size_t hb, size_t he, float* wide) {
   // wide (N): with bf16 storage, one row of the state, updated, in f32.
   const int P = dm.head_dim, N = dm.d_state, hpg = dm.n_heads / dm.n_groups;
   for (size_t h = hb; h < he; ++h) {
     const float* Bg = B + (h / hpg) * N;
     const float* Cg = C + (h / hpg) * N;
-    const float decay = vexp(dt[h] * A[h]);
+    const float decay = vexp(dec.log_decay(h, h));
     for (int p = 0; p < P; ++p) {
       St* Sp = S + (h * P + p) * N;
-      const float xv = x[h * P + p], dx = dt[h] * xv;
+      const float xv = x[h * P + p], dx = dec.weight(h) * xv;
       float* row;
       if constexpr (std::is_same_v<St, float>) row = Sp;
       else row = wide;
@@ -301,7 +317,28 @@ void ssd_scan(const KernelContext& ctx, const float* x, int ld_x, const float* d
     float* s = frame.take(static_cast<size_t>(chunk));
     float* L = frame.take(static_cast<size_t>(chunk) * chunk);
     float* wj = frame.take(static_cast<size_t>(chunk));
-    ssd_dispatch(x, ld_x, dt, A, B, C, ld_bc, D, dims, chunk, S, T, y, b, e, s, L, wj);
+    ssd_dispatch(x, ld_x, Mamba2Decay{dt, A}, B, C, ld_bc, D, dims, chunk, S, T, y, b, e, s, L, wj);
+  });
+}
+
+// The discrete Mamba-2 runs the portable-source loops on every path (compiled per SIMD path like
+// the rest): the AVX-512 intrinsics kernels take dt and A.
+void ssd_scan_discrete(const KernelContext& ctx, const float* x, int ld_x, const float* log_a, const float* B,
+                       const float* C, int ld_bc, const float* D, const SsdDims& dims, int chunk, float* S, int T,
+                       float* y) {
+  parallel(ctx, dims.n_heads, 1, [&](size_t b, size_t e) {
+    ScratchFrame frame(ctx);
+    float* s = frame.take(static_cast<size_t>(chunk));
+    float* L = frame.take(static_cast<size_t>(chunk) * chunk);
+    float* wj = frame.take(static_cast<size_t>(chunk));
+    ssd_dispatch(x, ld_x, DiscreteDecay{log_a}, B, C, ld_bc, D, dims, chunk, S, T, y, b, e, s, L, wj);
+  });
+}
+
+void ssd_step_discrete(const KernelContext& ctx, const float* x, const float* log_a, const float* B, const float* C,
+                       const float* D, const SsdDims& dims, float* S, float* y) {
+  parallel(ctx, dims.n_heads, 4, [&](size_t b, size_t e) {
+    ssd_step_loops_dispatch(x, DiscreteDecay{log_a}, B, C, D, dims, S, y, b, e, static_cast<float*>(nullptr));
   });
 }
 
@@ -312,7 +349,8 @@ void step_any(const KernelContext& ctx, const float* x, const float* dt, const f
   if (simd_path() == SimdPath::Avx512 && ssd_step_avx512(ctx, x, dt, A, B, C, D, dims, S, y)) return;
   parallel(ctx, dims.n_heads, 4, [&](size_t b, size_t e) {
     ScratchFrame frame(ctx);
-    ssd_step_loops_dispatch(x, dt, A, B, C, D, dims, S, y, b, e, frame.take(static_cast<size_t>(dims.d_state)));
+    ssd_step_loops_dispatch(x, Mamba2Decay{dt, A}, B, C, D, dims, S, y, b, e,
+                            frame.take(static_cast<size_t>(dims.d_state)));
   });
 }
 }  // namespace

@@ -210,6 +210,79 @@ void ssd_step(const KernelContext&, const float* x, const float* dt, const float
   }
 }
 
+// The discrete Mamba-2 scan in the same chunked form as ssd_scan, with the cumulative log-decay
+// s_i = sum_{k<=i} log_a_k and input weights 1 in place of dt:
+//   y_i = sum_{j<=i} exp(s_i - s_j) (C_i . B_j) x_j + exp(s_i) C_i . S_in + D x_i
+//   S_out = exp(s_last) S_in + sum_j exp(s_last - s_j) x_j B_j^T
+void ssd_scan_discrete(const KernelContext&, const float* x, int ld_x, const float* log_a, const float* B,
+                       const float* C, int ld_bc, const float* D, const SsdDims& dims, int chunk, float* S, int T,
+                       float* y) {
+  const int nh = dims.n_heads, P = dims.head_dim, N = dims.d_state;
+  const int heads_per_group = nh / dims.n_groups;
+  std::vector<double> s(chunk);
+  auto xv = [&](int t, int h, int p) {
+    return static_cast<double>(x[static_cast<size_t>(t) * ld_x + static_cast<size_t>(h) * P + p]);
+  };
+  for (int h = 0; h < nh; ++h) {
+    const size_t goff = static_cast<size_t>(h / heads_per_group) * N;
+    float* Sh = S + static_cast<size_t>(h) * P * N;
+    for (int c0 = 0; c0 < T; c0 += chunk) {
+      const int Q = std::min(chunk, T - c0);
+      double acc_s = 0;
+      for (int i = 0; i < Q; ++i) {
+        acc_s += log_a[static_cast<size_t>(c0 + i) * nh + h];
+        s[i] = acc_s;
+      }
+      for (int i = 0; i < Q; ++i) {
+        const float* Ci = C + static_cast<size_t>(c0 + i) * ld_bc + goff;
+        for (int p = 0; p < P; ++p) {
+          double acc = 0;
+          for (int j = 0; j <= i; ++j) {
+            const float* Bj = B + static_cast<size_t>(c0 + j) * ld_bc + goff;
+            double cb = 0;
+            for (int n = 0; n < N; ++n) cb += static_cast<double>(Ci[n]) * Bj[n];
+            acc += std::exp(s[i] - s[j]) * cb * xv(c0 + j, h, p);
+          }
+          double off = 0;
+          for (int n = 0; n < N; ++n) off += static_cast<double>(Ci[n]) * Sh[static_cast<size_t>(p) * N + n];
+          acc += std::exp(s[i]) * off;
+          y[static_cast<size_t>(c0 + i) * nh * P + static_cast<size_t>(h) * P + p] =
+              static_cast<float>(acc + D[h] * xv(c0 + i, h, p));
+        }
+      }
+      const double s_last = s[Q - 1];
+      for (int p = 0; p < P; ++p) {
+        for (int n = 0; n < N; ++n) {
+          double acc = std::exp(s_last) * Sh[static_cast<size_t>(p) * N + n];
+          for (int j = 0; j < Q; ++j)
+            acc += std::exp(s_last - s[j]) * xv(c0 + j, h, p) * B[static_cast<size_t>(c0 + j) * ld_bc + goff + n];
+          Sh[static_cast<size_t>(p) * N + n] = static_cast<float>(acc);
+        }
+      }
+    }
+  }
+}
+
+void ssd_step_discrete(const KernelContext&, const float* x, const float* log_a, const float* B, const float* C,
+                       const float* D, const SsdDims& dims, float* S, float* y) {
+  const int nh = dims.n_heads, P = dims.head_dim, N = dims.d_state;
+  const int heads_per_group = nh / dims.n_groups;
+  for (int h = 0; h < nh; ++h) {
+    const int g = h / heads_per_group;
+    const double decay = std::exp(static_cast<double>(log_a[h]));
+    for (int p = 0; p < P; ++p) {
+      const double xv = x[h * P + p];
+      double acc = 0;
+      for (int n = 0; n < N; ++n) {
+        float& s = S[(static_cast<size_t>(h) * P + p) * N + n];
+        s = static_cast<float>(decay * s + xv * B[g * N + n]);
+        acc += static_cast<double>(s) * C[g * N + n];
+      }
+      y[h * P + p] = static_cast<float>(acc + D[h] * xv);
+    }
+  }
+}
+
 namespace {
 std::vector<float> widen_bf16(const uint16_t* v, size_t n) {
   std::vector<float> out(n);

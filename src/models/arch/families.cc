@@ -19,6 +19,7 @@ const std::vector<Family>& families() {
       {"granitemoehybrid", {"GraniteMoeHybridForCausalLM"}, parse_granitemoehybrid},
       {"falcon_h1", {"FalconH1ForCausalLM"}, parse_falcon_h1},
       {"zamba2", {"Zamba2ForCausalLM"}, parse_zamba2},
+      {"llamba", {}, parse_llamba},  // cartesia configs name no architecture
   };
   return table;
 }

@@ -1,10 +1,11 @@
 // Family `hybridlm`: our own block-pattern models (docs/model-format.md). The config names the
 // pattern directly, e.g. "block_pattern": ["m2", "m2", "t", "m2"] with m = Mamba-1, m2 = Mamba-2,
-// t = attention; every block is mixer + optional MLP. Per-kind sections: "ssm" (both Mamba
-// kinds), "attention", "mlp".
+// m2d = discrete Mamba-2 (Llamba's mixer), t = attention; every block is mixer + optional MLP.
+// Per-kind sections: "ssm" (the Mamba kinds), "attention", "mlp".
 // Weights: model.embed_tokens.weight | model.layers.N.{mixer_norm.weight, mixer.* (mamba_ssm
-// names for m / m2; q_proj, k_proj, v_proj, o_proj [, q_norm, k_norm] for t), ffn_norm.weight,
-// ffn.{gate_proj, up_proj, down_proj}.weight} | model.norm.weight; lm_head.weight.
+// names for m / m2; Llamba's names for m2d; q_proj, k_proj, v_proj, o_proj [, q_norm, k_norm]
+// for t), ffn_norm.weight, ffn.{gate_proj, up_proj, down_proj}.weight} | model.norm.weight;
+// lm_head.weight.
 #include "base/error.h"
 #include "models/arch/families.h"
 
@@ -88,7 +89,7 @@ HybridConfig parse_hybridlm(const JsonKeys& k, NormGrouping mamba2_norm) {
 
   for (size_t i = 0; i < pattern.size(); ++i) {
     const std::string at = "block_pattern[" + std::to_string(i) + "]";
-    if (!pattern[i].is_string()) throw Error(k.where() + ": " + at + ": expected a string (m, m2 or t)");
+    if (!pattern[i].is_string()) throw Error(k.where() + ": " + at + ": expected a string (m, m2, m2d or t)");
     const std::string kind = pattern[i].get<std::string>();
     BlockSpec b;
     if (kind == "m") {
@@ -102,11 +103,28 @@ HybridConfig parse_hybridlm(const JsonKeys& k, NormGrouping mamba2_norm) {
       b.m2.n_heads = d_inner / m2.head_dim;
       if (b.m2.n_heads % m2.n_groups != 0)
         ssm.fail("n_groups", "must divide the Mamba-2 head count " + std::to_string(b.m2.n_heads));
+    } else if (kind == "m2d") {
+      // The discrete Mamba-2 with the m2 sizes: value heads d_inner / head_dim, n_groups B/C heads.
+      if (d_inner % m2.head_dim != 0)
+        ssm.fail("head_dim", "must divide expand x hidden_size = " + std::to_string(d_inner));
+      b.mixer = MixerKind::Mamba2Discrete;
+      Mamba2DiscreteSpec& d = b.m2d;
+      d.d_inner = d_inner;
+      d.d_state = m2.d_state;
+      d.d_conv = m2.d_conv;
+      d.head_dim = m2.head_dim;
+      d.n_heads = d_inner / m2.head_dim;
+      d.n_groups = m2.n_groups;
+      d.chunk_size = m2.chunk_size;
+      d.conv_bias = m2.conv_bias;
+      d.proj_bias = m2.proj_bias;
+      if (d.n_heads % d.n_groups != 0)
+        ssm.fail("n_groups", "must divide the discrete Mamba-2 head count " + std::to_string(d.n_heads));
     } else if (kind == "t") {
       b = t;
     } else {
       throw Error(k.where() + ": " + at + " = \"" + kind.substr(0, 32) +
-                  "\": unknown block kind (use m = Mamba-1, m2 = Mamba-2, t = attention)");
+                  "\": unknown block kind (use m = Mamba-1, m2 = Mamba-2, m2d = discrete Mamba-2, t = attention)");
     }
     b.ffn = ffn;
     const std::string p = "model.layers." + std::to_string(i) + ".";

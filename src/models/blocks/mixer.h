@@ -62,5 +62,7 @@ std::unique_ptr<Mixer> make_mamba1_mixer(const Mamba1Spec& s, const std::string&
 std::unique_ptr<Mixer> make_mamba2_mixer(const Mamba2Spec& s, const std::string& prefix, int d_model);
 std::unique_ptr<Mixer> make_attention_mixer(const AttentionSpec& s, const std::string& prefix, int d_model);
 std::unique_ptr<Mixer> make_short_conv_mixer(const ShortConvSpec& s, const std::string& prefix, int d_model);
+std::unique_ptr<Mixer> make_mamba2_discrete_mixer(const Mamba2DiscreteSpec& s, const std::string& prefix,
+                                                  int d_model);
 
 }  // namespace hybridlm
