@@ -251,8 +251,6 @@ void Scheduler::finish_choice(Active& a, Choice& c, const char* reason) {
   }
 }
 
-// Samples the next token of choice c from its logits, reports it, and ends the choice on eos, a
-// stop string, max_tokens or the context.
 namespace {
 // logsm = log-softmax of the logits (in double) and the k most likely ids into `top` (ties: the
 // lower id first); `order` is working memory.
@@ -285,6 +283,8 @@ void Scheduler::score_prompt_token(Active& a, int pos, std::span<float> logits) 
   a.prompt_lps.push_back(std::move(lp));
 }
 
+// Samples the next token of choice c from its logits, reports it, and ends the choice on eos, a
+// stop string, max_tokens or the context.
 void Scheduler::emit_token(Active& a, Choice& c, std::span<float> logits) {
   const GenRequest& r = a.req;
   std::fill(logits.begin() + decodable_, logits.end(), -std::numeric_limits<float>::infinity());
