@@ -269,8 +269,12 @@ void Tokenizer::Impl::load_decoder(const json& j) {
       token_string[a.id] = a.content;
       special[a.id] = a.special;
     }
-    for (int32_t id = 0; id < size; ++id) {
-      if (exists[id]) bytes_of[id] = chain->token_text(token_string[id]);
+    try {
+      for (int32_t id = 0; id < size; ++id) {
+        if (exists[id]) bytes_of[id] = chain->token_text(token_string[id]);
+      }
+    } catch (const Error& e) {
+      throw Error(file + ": " + e.what());
     }
     return;
   }

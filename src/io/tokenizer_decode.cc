@@ -118,7 +118,17 @@ DecoderChain::DecoderChain(const json& config, const std::string& where) {
 
 std::vector<std::string> DecoderChain::run(std::vector<std::string> tokens, bool whole_text) const {
   bool fused = false;
+  // As the normalizer's: a chain of Replace steps from an untrusted file must not grow the text
+  // without bound (it runs at load, over every vocabulary entry).
+  const auto total = [&] {
+    size_t n = 0;
+    for (const std::string& t : tokens) n += t.size();
+    return n;
+  };
+  const size_t limit = 16 * total() + 4096;
   for (const Step& step : steps_) {
+    check(total() <= limit, "tokenizer decoder: the text grows to over ", limit,
+          " bytes (a chain of Replace steps that expands without bound?)");
     switch (step.kind) {
       case Step::kReplace:
         for (std::string& t : tokens) t = replace_all(t, step.from, step.to);
@@ -175,6 +185,8 @@ std::vector<std::string> DecoderChain::run(std::vector<std::string> tokens, bool
         break;
     }
   }
+  check(total() <= limit, "tokenizer decoder: the text grows to over ", limit,
+        " bytes (a chain of Replace steps that expands without bound?)");
   return tokens;
 }
 

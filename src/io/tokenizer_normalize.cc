@@ -69,8 +69,13 @@ Normalizer::Normalizer(const json& config, const std::string& where) {
 bool Normalizer::active() const { return !steps_.empty(); }
 
 std::string Normalizer::apply(const std::string& text) const {
+  // A chain of Replace steps from an untrusted file could double the text at every step; real
+  // normalizers grow it a few times at most (" " -> "\u2581" is 1 byte -> 3).
+  const size_t limit = 16 * text.size() + 4096;
   std::string s = text;
   for (const Step& step : steps_) {
+    check(s.size() <= limit, "tokenizer normalizer: the text grows from ", text.size(), " to over ", limit,
+          " bytes (a chain of Replace steps that expands without bound?)");
     switch (step.kind) {
       case Step::kNfc:
         s = nfc(s);
@@ -101,6 +106,8 @@ std::string Normalizer::apply(const std::string& text) const {
       }
     }
   }
+  check(s.size() <= limit, "tokenizer normalizer: the text grows from ", text.size(), " to over ", limit,
+        " bytes (a chain of Replace steps that expands without bound?)");
   return s;
 }
 

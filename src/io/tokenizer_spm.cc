@@ -89,6 +89,7 @@ std::unique_ptr<SentencePieceModel> SentencePieceModel::load(const std::filesyst
   if (!in) throw Error(where + ": cannot open file");
   in.seekg(0, std::ios::end);
   const std::streamoff bytes = in.tellg();
+  if (bytes < 0) throw Error(where + ": cannot read its size (not a regular file?)");
   if (bytes > kMaxModelBytes) throw Error(where + ": over the 64 MiB limit for a SentencePiece model");
   in.seekg(0);
   std::stringstream ss;

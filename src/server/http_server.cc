@@ -218,11 +218,12 @@ void HttpServer::Impl::generate(const httplib::Request& req, httplib::Response& 
     std::string failed;
     int failed_status = 500;
     bool done = false;
+    std::vector<TokenLogprob> prompt_lps;  // echo with logprobs
     while (!done) {
       for (GenEvent& ev : handle->wait(std::chrono::milliseconds(500))) {
         ChoiceOut& c = out[static_cast<size_t>(ev.choice)];
         if (ev.kind == GenEvent::Prompt) {  // echoed, so every choice's logprobs start with it
-          for (ChoiceOut& o : out) o.logprobs.insert(o.logprobs.begin(), ev.logprobs.begin(), ev.logprobs.end());
+          prompt_lps = std::move(ev.logprobs);
         } else if (ev.kind == GenEvent::Text) {
           c.text += ev.text;
           c.logprobs.insert(c.logprobs.end(), ev.logprobs.begin(), ev.logprobs.end());
@@ -249,7 +250,7 @@ void HttpServer::Impl::generate(const httplib::Request& req, httplib::Response& 
       json lp = nullptr;
       if (ar.logprobs >= 0)
         lp = chat ? json{{"content", chat_logprobs(c.logprobs, tok)}, {"refusal", nullptr}}
-                  : completion_logprobs(c.logprobs, tok, 0);
+                  : completion_logprobs(prompt_lps, c.logprobs, tok, ar.echo ? echo_text.size() : 0);
       if (chat)
         choices.push_back({{"index", i},
                            {"message", {{"role", "assistant"}, {"content", c.text}, {"refusal", nullptr}}},
@@ -284,7 +285,7 @@ void HttpServer::Impl::generate(const httplib::Request& req, httplib::Response& 
     json lp = nullptr;
     if (ar.logprobs >= 0)
       lp = chat ? json{{"content", chat_logprobs(lps, tok)}, {"refusal", nullptr}}
-                : completion_logprobs(lps, tok, offset);
+                : completion_logprobs({}, lps, tok, offset);
     if (chat) return json{{"index", i}, {"delta", {{"content", text}}}, {"logprobs", lp}, {"finish_reason", nullptr}};
     return json{{"index", i}, {"text", text}, {"logprobs", lp}, {"finish_reason", nullptr}};
   };

@@ -302,7 +302,31 @@ std::string make_id(const char* prefix) {
 
 namespace {
 
+// Whether s is well-formed UTF-8 (no overlong forms, surrogates or code points past U+10FFFF).
+bool valid_utf8(const std::string& s) {
+  for (size_t i = 0; i < s.size();) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    const int n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
+    if (n == 0 || i + n > s.size()) return false;
+    uint32_t cp = n == 1 ? c : n == 2 ? c & 0x1f : n == 3 ? c & 0x0f : c & 0x07;
+    for (int k = 1; k < n; ++k) {
+      const unsigned char d = static_cast<unsigned char>(s[i + k]);
+      if ((d >> 6) != 0x2) return false;
+      cp = (cp << 6) | (d & 0x3f);
+    }
+    const uint32_t least[5] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < least[n] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return false;
+    i += static_cast<size_t>(n);
+  }
+  return true;
+}
+
+// A token's text as it reads mid-sentence ("▁world" as " world", which decode() of the token alone
+// gives as "world" for SentencePiece tokenizers); a token that is part of a character (a byte
+// token, a split UTF-8 sequence) as decode() gives it, with U+FFFD.
 std::string token_text(const Tokenizer& tok, int32_t id) {
+  std::string bytes = tok.token_bytes(id);
+  if (valid_utf8(bytes)) return bytes;
   const int32_t one[1] = {id};
   return tok.decode(one);
 }
@@ -318,10 +342,13 @@ double finite(double x) { return std::isfinite(x) ? x : std::numeric_limits<floa
 
 }  // namespace
 
-json completion_logprobs(const std::vector<TokenLogprob>& lps, const Tokenizer& tok, size_t text_offset0) {
+json completion_logprobs(const std::vector<TokenLogprob>& prompt, const std::vector<TokenLogprob>& lps,
+                         const Tokenizer& tok, size_t text_offset0) {
   json tokens = json::array(), token_lps = json::array(), tops = json::array(), offsets = json::array();
-  size_t offset = text_offset0;
-  for (const TokenLogprob& lp : lps) {
+  size_t offset = 0;
+  for (size_t i = 0; i < prompt.size() + lps.size(); ++i) {
+    if (i == prompt.size()) offset = text_offset0;  // the generated text starts after the echo
+    const TokenLogprob& lp = i < prompt.size() ? prompt[i] : lps[i - prompt.size()];
     const std::string t = token_text(tok, lp.id);
     tokens.push_back(t);
     if (!lp.scored) {  // a prompt's first token: OpenAI's null and null

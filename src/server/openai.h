@@ -51,8 +51,10 @@ ApiRequest parse_request(const std::string& body, bool chat);
 std::string make_id(const char* prefix);
 
 // The logprobs of generated tokens in the two shapes: completions' four parallel arrays, chat's
-// list of {token, logprob, bytes, top_logprobs}. `text_offset0`: the text's length before them.
-nlohmann::ordered_json completion_logprobs(const std::vector<TokenLogprob>& lps, const Tokenizer& tok,
+// list of {token, logprob, bytes, top_logprobs}. Completions: the echoed prompt's tokens first
+// (`prompt`, offsets from 0), then the generated ones from `text_offset0` (the echo's length).
+nlohmann::ordered_json completion_logprobs(const std::vector<TokenLogprob>& prompt,
+                                           const std::vector<TokenLogprob>& lps, const Tokenizer& tok,
                                            size_t text_offset0);
 nlohmann::ordered_json chat_logprobs(const std::vector<TokenLogprob>& lps, const Tokenizer& tok);
 

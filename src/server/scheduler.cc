@@ -146,7 +146,7 @@ bool Scheduler::admit(std::unique_ptr<Active>& a) {
     // share whole, one more for its partial last page, and one per choice.
     const int64_t b = cache.block_size(), plen = static_cast<int64_t>(r.prompt.size());
     const int64_t match = r.prompt_logprobs ? 0 : prefix_.longest(r.prompt, static_cast<int>(plen) - 1);
-    const int64_t estimate = (plen + b - 1) / b - match / b + 1 + r.n;
+    const int64_t estimate = (plen + b - 1) / b - match / b + 1 + r.n + 1;  // + 1: a branch snapshot's page
     while (estimate > cache.free_pages() - reserved_pages_ && prefix_.evict_one()) {
     }
     if (estimate > cache.free_pages() - reserved_pages_) return false;
@@ -156,10 +156,18 @@ bool Scheduler::admit(std::unique_ptr<Active>& a) {
   // when every position's logits are wanted.
   a->pos = r.prompt_logprobs ? 0 : prefix_.restore_longest(a->seq, r.prompt, static_cast<int>(r.prompt.size()) - 1);
   if (r.prompt_logprobs) a->prompt_lps.push_back({r.prompt[0], 0.0, {}, false});
+  // A prompt that follows kept text past the restored point and then branches off: its prefill
+  // stops and keeps a snapshot where it branches, so that later prompts on this branch (the same
+  // system prompt or document, another question) restore all of the shared text.
+  a->branch = 0;
+  if (const int shared = prefix_.shared_length(r.prompt, static_cast<int>(r.prompt.size()) - 1); shared > a->pos)
+    a->branch = shared;
   if (cache.has_kv()) {
     // The rest of the prompt, and a first page of its own for each choice (the last page is shared
-    // with the forks and the prompt's snapshot).
-    const int64_t need = cache.pages_needed(a->seq, static_cast<int64_t>(r.prompt.size()) - a->pos) + r.n;
+    // with the forks and the prompt's snapshot); a branch snapshot inside a page shares that page
+    // too, and the next chunk's first write copies it: one page more.
+    const int64_t need = cache.pages_needed(a->seq, static_cast<int64_t>(r.prompt.size()) - a->pos) + r.n +
+                         (a->branch > 0 && a->branch % cache.block_size() != 0 ? 1 : 0);
     while (need > cache.free_pages() - reserved_pages_ && prefix_.evict_one()) {
     }
     if (need > cache.free_pages() - reserved_pages_) {
@@ -173,11 +181,6 @@ bool Scheduler::admit(std::unique_ptr<Active>& a) {
   }
   slots_held_ += r.n;
   a->cached = a->pos;
-  // A prompt that follows kept text past the restored point and then branches off: its prefill
-  // stops and keeps a snapshot where it branches, so that later prompts on this branch (the same
-  // system prompt or document, another question) restore all of the shared text.
-  if (const int shared = prefix_.shared_length(r.prompt, static_cast<int>(r.prompt.size()) - 1); shared > a->pos)
-    a->branch = shared;
   if (a->cached > 0) metrics_.prefix_hit(a->cached);
   metrics_.add_prompt_tokens(static_cast<int64_t>(r.prompt.size()), a->cached);
   {

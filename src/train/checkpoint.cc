@@ -227,7 +227,7 @@ std::optional<fs::path> latest_checkpoint(const fs::path& out) {
   return best;
 }
 
-std::vector<std::string> prune_checkpoints(const fs::path& out, int64_t keep) {
+std::vector<std::string> prune_checkpoints(const fs::path& out, int64_t keep, int64_t saved_step) {
   std::vector<std::string> removed;
   if (keep <= 0) return removed;
   std::error_code ec;
@@ -240,12 +240,13 @@ std::vector<std::string> prune_checkpoints(const fs::path& out, int64_t keep) {
     const std::string digits = name.substr(5);
     if (digits.size() > 18 || !std::all_of(digits.begin(), digits.end(), [](char ch) { return ch >= '0' && ch <= '9'; }))
       continue;
-    steps.emplace_back(std::stoll(digits), name);
+    const int64_t step = std::stoll(digits);
+    if (step < saved_step) steps.emplace_back(step, name);
   }
   for (const fs::path& p : leftovers) fs::remove_all(p, ec);
-  if (static_cast<int64_t>(steps.size()) <= keep) return removed;
+  if (static_cast<int64_t>(steps.size()) <= keep - 1) return removed;
   std::sort(steps.begin(), steps.end());
-  for (size_t i = 0; i + static_cast<size_t>(keep) < steps.size(); ++i) {
+  for (size_t i = 0; i + static_cast<size_t>(keep - 1) < steps.size(); ++i) {
     const fs::path dir = out / steps[i].second;
     const fs::path aside = out / (".old-" + steps[i].second + "-" + std::to_string(::getpid()));
     fs::rename(dir, aside, ec);

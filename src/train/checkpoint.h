@@ -67,10 +67,12 @@ TrainerState read_trainer_state(const std::filesystem::path& checkpoint_dir);
 // greater name); nullopt if none has one. Throws Error for an unreadable trainer_state.json.
 std::optional<std::filesystem::path> latest_checkpoint(const std::filesystem::path& out);
 
-// Removes all but the newest `keep` checkpoints named step-<N> under `out` (by N), each renamed
-// to a hidden name first so that no half-removed directory is ever visible; keep 0 removes none.
-// Other directories (an `init` model, anything a person put there) are never touched. Returns the
-// names removed. Throws Error if one cannot be removed.
-std::vector<std::string> prune_checkpoints(const std::filesystem::path& out, int64_t keep);
+// After saving step-<saved_step> under `out`: removes the checkpoints named step-<N> with N below
+// saved_step, all but the newest keep - 1 of them, so that `keep` remain with the one just saved;
+// each is renamed to a hidden name first, so that no half-removed directory is ever visible. keep
+// 0 removes none. Higher steps (left by an earlier, longer run in the same directory) and other
+// directories are never touched. Returns the names removed. Throws Error if one cannot be removed
+// (the trainer only warns: housekeeping does not stop a run).
+std::vector<std::string> prune_checkpoints(const std::filesystem::path& out, int64_t keep, int64_t saved_step);
 
 }  // namespace hybridlm

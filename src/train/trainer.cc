@@ -259,7 +259,13 @@ TrainRunResult run_training(TrainConfig c, const TrainRunOptions& opt, Dist& dis
       const double saved_elapsed = state.elapsed_s;
       state.elapsed_s += elapsed;
       save("step-" + std::to_string(state.step));
-      if (root) prune_checkpoints(c.out, c.keep_checkpoints);
+      if (root) {
+        try {
+          prune_checkpoints(c.out, c.keep_checkpoints, state.step);
+        } catch (const std::exception& e) {  // housekeeping: a warning, the run goes on
+          std::fprintf(stderr, "warning: %s\n", e.what());
+        }
+      }
       state.elapsed_s = saved_elapsed;
       if (root) write_curve(c.out, *metrics, cfg.layer_pattern());
       dist.barrier();

@@ -490,6 +490,19 @@ TEST(TokenizerSentencePiece, LoadRefusesUnsupportedComponentsWithClearMessages) 
                     {"Replace normalizer", "'$'"});
   expect_load_error(with("normalizer", {{"type", "Sequence"}, {"normalizers", {{{"type", "NFKC"}}}}}),
                     {"unsupported normalizer type \"NFKC\""});
+  // Replace steps that double the text each time: 64 of them would make 2^64 bytes of one "a".
+  json doubling = json::array();
+  for (int i = 0; i < 64; ++i) doubling.push_back({{"type", "Replace"}, {"pattern", {{"String", "a"}}}, {"content", "aa"}});
+  expect_load_error(with("decoder", {{"type", "Sequence"}, {"decoders", doubling}}), {"decoder", "grows"});
+  TempDir dir;
+  const Tokenizer tok = Tokenizer::load(dir.write("tokenizer.json", with("normalizer", {{"type", "Sequence"},
+                                                                                       {"normalizers", doubling}})));
+  try {
+    tok.encode("a");
+    ADD_FAILURE() << "a normalizer that grows the text without bound gave no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("grows"), std::string::npos) << e.what();
+  }
 }
 
 const Tokenizer& llama2() {

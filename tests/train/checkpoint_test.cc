@@ -145,6 +145,18 @@ TEST_F(CheckpointTest, ReplacesWithoutRenameExchange) {
   EXPECT_EQ(testing::read_file(dir_ / "latest/c.txt"), "newer c");
 }
 
+// keep_checkpoints: of the steps below the one just saved, the newest keep - 1 stay; higher steps
+// (an earlier, longer run in the same directory) and other names are not touched.
+TEST_F(CheckpointTest, PruneKeepsTheOneJustSavedAndHigherSteps) {
+  for (const char* d : {"step-90", "step-100", "step-110", "step-200", "init", "step-x"})
+    fs::create_directories(dir_ / d);
+  EXPECT_EQ(prune_checkpoints(dir_, 2, 110), std::vector<std::string>{"step-90"});
+  EXPECT_EQ(listing(dir_), (std::vector<std::string>{"init", "step-100", "step-110", "step-200", "step-x"}));
+  EXPECT_EQ(prune_checkpoints(dir_, 1, 110), std::vector<std::string>{"step-100"});
+  EXPECT_EQ(prune_checkpoints(dir_, 0, 200), std::vector<std::string>{});
+  EXPECT_EQ(listing(dir_), (std::vector<std::string>{"init", "step-110", "step-200", "step-x"}));
+}
+
 TEST_F(CheckpointTest, UnwritableDirectoryLeavesNothing) {
   // A regular file where the output directory should be: mkdir fails even for root.
   testing::write_file(dir_ / "file", "x");
