@@ -7,6 +7,8 @@
 
 #include "base/error.h"
 #include "io/safetensors.h"
+#include "models/blocks/mamba2.h"
+#include "models/blocks/mixer.h"
 #include "models/model.h"
 #include "models/weights.h"
 
@@ -16,6 +18,8 @@ namespace {
 
 // The SSD chunk of training: the cap inference uses on CPU (exact for any value; see mamba2.cc).
 constexpr int kTrainSsdChunk = 64;
+// The kernels' scratch is sized from the mixers' declared chunk, min(chunk_size, kCpuSsdChunk).
+static_assert(kTrainSsdChunk <= kCpuSsdChunk);
 
 WeightView view(const float* w, int rows, int cols) { return {DType::F32, w, rows, cols}; }
 
@@ -560,20 +564,9 @@ void TrainModel::reserve_kernels(int tokens) {
       lim.matmul_rows = std::max(lim.matmul_rows, static_cast<int>(t.shape[0]));
       lim.matmul_cols = std::max(lim.matmul_cols, static_cast<int>(t.shape[1]));
     }
-  for (const BlockSpec& b : cfg_.blocks) {
-    if (b.mixer == MixerKind::Mamba1) {
-      lim.conv_channels = std::max(lim.conv_channels, b.m1.d_inner);
-      lim.conv_width = std::max(lim.conv_width, b.m1.d_conv);
-      lim.d_state = std::max(lim.d_state, b.m1.d_state);
-    } else if (b.mixer == MixerKind::Mamba2) {
-      lim.conv_channels = std::max(lim.conv_channels, b.m2.conv_dim());
-      lim.conv_width = std::max(lim.conv_width, b.m2.d_conv);
-      lim.d_state = std::max(lim.d_state, b.m2.d_state);
-      lim.head_dim = std::max(lim.head_dim, b.m2.head_dim);
-      lim.n_groups = std::max(lim.n_groups, b.m2.n_groups);
-      lim.ssd_chunk = std::max(lim.ssd_chunk, std::min(b.m2.chunk_size, kTrainSsdChunk));
-    }
-  }
+  // The conv and scan shapes: what each layer's mixer declares (its weights are not needed).
+  for (const BlockSpec& b : cfg_.blocks)
+    if (const std::unique_ptr<Mixer> m = make_mixer(b, cfg_.d_model)) m->kernel_limits(lim);
   scratch_.reserve(ctx_.pool ? ctx_.pool->size() : 1, ctx_.ops->scratch_floats(lim));
 }
 

@@ -11,8 +11,6 @@ namespace hybridlm {
 
 namespace {
 
-// The SSD chunk on CPU: min(chunk_size, this) (see mamba2_forward).
-constexpr int kCpuSsdChunk = 64;
 
 class Mamba2Mixer final : public MixerOf<Mamba2Spec, Mamba2Weights, load_mamba2> {
  public:
@@ -21,14 +19,7 @@ class Mamba2Mixer final : public MixerOf<Mamba2Spec, Mamba2Weights, load_mamba2>
     return {LayerCacheKind::Mamba, mamba2_state_spec(s_), {}};
   }
   bool bf16_state_in_place() const override { return true; }
-  void kernel_limits(KernelLimits& lim) const override {
-    lim.conv_channels = std::max(lim.conv_channels, s_.conv_dim());
-    lim.conv_width = std::max(lim.conv_width, s_.d_conv);
-    lim.d_state = std::max(lim.d_state, s_.d_state);
-    lim.head_dim = std::max(lim.head_dim, s_.head_dim);
-    lim.n_groups = std::max(lim.n_groups, s_.n_groups);
-    lim.ssd_chunk = std::max(lim.ssd_chunk, std::min(s_.chunk_size, kCpuSsdChunk));
-  }
+  void kernel_limits(KernelLimits& lim) const override { widen_ssd_limits(s_, lim); }
   size_t scratch_floats(int T) const override {
     FloatArena count;
     mamba2_buffers(s_, H_, T, count);

@@ -3,6 +3,7 @@
 // full) -> out_proj.
 #pragma once
 
+#include <algorithm>
 #include <span>
 #include <string>
 #include <vector>
@@ -14,6 +15,22 @@
 #include "models/weights.h"
 
 namespace hybridlm {
+
+// The SSD chunk on CPU: min(chunk_size, this) (see mamba2_forward); the chunked form is exact
+// for any length. Mamba-2 and the discrete Mamba-2 share it.
+constexpr int kCpuSsdChunk = 64;
+
+// Widens `lim` to what an SSD mixer (Mamba-2 or discrete Mamba-2) hands the conv and scan
+// kernels (Mixer::kernel_limits).
+template <class Spec>
+void widen_ssd_limits(const Spec& s, KernelLimits& lim) {
+  lim.conv_channels = std::max(lim.conv_channels, s.conv_dim());
+  lim.conv_width = std::max(lim.conv_width, s.d_conv);
+  lim.d_state = std::max(lim.d_state, s.d_state);
+  lim.head_dim = std::max(lim.head_dim, s.head_dim);
+  lim.n_groups = std::max(lim.n_groups, s.n_groups);
+  lim.ssd_chunk = std::max(lim.ssd_chunk, std::min(s.chunk_size, kCpuSsdChunk));
+}
 
 struct Mamba2Weights {
   Matrix in_proj;   // (I + conv_dim + nh, H): [z, xBC, dt]

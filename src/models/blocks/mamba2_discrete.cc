@@ -5,13 +5,12 @@
 
 #include "base/arena.h"
 #include "kernels/kernels.h"
+#include "models/blocks/mamba2.h"
 
 namespace hybridlm {
 
 namespace {
 
-// The SSD chunk on CPU, as for Mamba-2 (mamba2.cc): the chunked form is exact for any length.
-constexpr int kCpuSsdChunk = 64;
 
 // The forward's scratch, taken from the step's arena (one list, which also sizes it).
 struct Buffers {
@@ -42,14 +41,7 @@ class Mamba2DiscreteMixer final : public MixerOf<Mamba2DiscreteSpec, Mamba2Discr
     const LayerStateSpec st{s_.d_conv - 1, s_.conv_dim(), static_cast<size_t>(s_.n_heads) * s_.head_dim * s_.d_state};
     return {LayerCacheKind::Mamba, st, {}};
   }
-  void kernel_limits(KernelLimits& lim) const override {
-    lim.conv_channels = std::max(lim.conv_channels, s_.conv_dim());
-    lim.conv_width = std::max(lim.conv_width, s_.d_conv);
-    lim.d_state = std::max(lim.d_state, s_.d_state);
-    lim.head_dim = std::max(lim.head_dim, s_.head_dim);
-    lim.n_groups = std::max(lim.n_groups, s_.n_groups);
-    lim.ssd_chunk = std::max(lim.ssd_chunk, std::min(s_.chunk_size, kCpuSsdChunk));
-  }
+  void kernel_limits(KernelLimits& lim) const override { widen_ssd_limits(s_, lim); }
   size_t scratch_floats(int T) const override {
     FloatArena count;
     buffers(s_, T, count);
