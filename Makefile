@@ -37,7 +37,8 @@ fuzz-smoke: setup
 
 # The portable build on another CPU: the project cross-compiled for aarch64
 # (cmake/aarch64-linux-gnu.cmake: Debian's g++-aarch64-linux-gnu and arm64 multiarch libraries,
-# -Werror as everywhere) and its whole ctest suite run under qemu-aarch64. The C++ tests
+# -Werror as everywhere) and its ctest suite run under qemu-aarch64 (less four CLI-only tests and
+# the 16-bit-KV model invariants; see tests/runtime, tests/models). The C++ tests
 # and fuzz replays run through CMAKE_CROSSCOMPILING_EMULATOR; cli_test, reference_numpy and
 # tokenizer_vs_hf_js hand their host Python / Node driver a script that runs the emulated binary;
 # reference_selfcheck and the two fixture makers are host Python only. The kernels have only the
