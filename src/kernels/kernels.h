@@ -34,6 +34,7 @@ struct KernelLimits {
   int conv_channels = 0, conv_width = 0;  // causal conv: channels C, taps K
   int d_state = 0;                        // SSM state width N (Mamba-1 and Mamba-2)
   int head_dim = 0, n_groups = 0, ssd_chunk = 0;  // Mamba-2 SSD
+  int ssd_chunk_min = 0;  // the shortest SSD chunk (0: ssd_chunk), which has the most checkpoints
   // Training: matmul_backward's transposed copies, and its products, whose "tokens" are a
   // weight's rows and whose "weight" is (cols, tokens): the tallest weight bounds them.
   bool backward = false;

@@ -60,8 +60,9 @@ class Backward : public ::testing::Test {
   KernelContext ref_ctx{nullptr, &ref_kernels()};
 };
 
-// Small shapes take the cpu matmul's row path; (70, 80, 40) its GEMM for both products; (96, 48,
-// 32), multiples of 16, the register-block transposes of the AVX-512 path too.
+// On the AVX-512 path both products run on the strided training GEMM. On the others they run on
+// the forward matmul over transposed copies: small shapes on its row path, (70, 80, 40) on its
+// GEMM, (96, 48, 32), multiples of 16, through the register-block transposes too.
 class BackwardMatmul : public Backward, public ::testing::WithParamInterface<std::array<int, 3>> {};
 
 TEST_P(BackwardMatmul, AgainstFiniteDifferencesAndRef) {
@@ -98,7 +99,10 @@ TEST_P(BackwardMatmul, AgainstFiniteDifferencesAndRef) {
 
 INSTANTIATE_TEST_SUITE_P(Shapes, BackwardMatmul,
                          ::testing::Values(std::array<int, 3>{7, 33, 50}, std::array<int, 3>{70, 80, 40},
-                                           std::array<int, 3>{96, 48, 32}));
+                                           std::array<int, 3>{96, 48, 32},
+                                           // Two K blocks of the AVX-512 training GEMM in both
+                                           // products, partial row tiles and column panels.
+                                           std::array<int, 3>{301, 263, 45}));
 
 TEST_F(Backward, RmsnormAgainstFiniteDifferencesAndRef) {
   const int T = 5, d = 96;

@@ -46,26 +46,24 @@ void transpose(const KernelContext& ctx, const float* in, size_t rows, size_t co
 
 }  // namespace
 
-// Both products run on the forward GEMM (matmul: y = x W^T) over transposed copies:
-// dx = dy W = dy (W^T)^T, with W^T as the weight; dW = dy^T x = (dy^T) (x^T)^T, with dy^T as the
-// input and x^T as the weight. The copies cost O(size) against the O(T R C) products.
-// The copies come from the caller's scratch (KernelLimits::backward sizes it).
+// Without the AVX-512 kernels both products run on the forward GEMM (matmul: y = x W^T) over
+// transposed copies: dx = dy W = dy (W^T)^T, with W^T as the weight; dW = dy^T x = (dy^T) (x^T)^T,
+// with dy^T as the input and x^T as the weight. The copies cost O(size) against the O(T R C)
+// products and come from the caller's scratch (KernelLimits::backward sizes it).
 size_t matmul_backward_floats(int rows, int cols, int T) {
   const size_t R = static_cast<size_t>(rows), C = static_cast<size_t>(cols), n = static_cast<size_t>(T);
   return FloatArena::rounded(R * n) + FloatArena::rounded(C * n) + FloatArena::rounded(R * C);
 }
 
-void matmul_backward(const KernelContext& ctx, const WeightView& W, const float* x, const float* dy, int T, float* dx,
-                     float* dW, float* dbias) {
-  check(W.dtype == DType::F32 && !W.panels, "matmul_backward: needs f32 row-major weights");
-  const float* w = static_cast<const float*>(W.data);
-  const size_t R = W.rows, C = W.cols, n = static_cast<size_t>(T);
-  if (T == 0) return;
+namespace {
+
+void matmul_backward_copies(const KernelContext& ctx, const float* w, size_t R, size_t C, const float* x,
+                            const float* dy, size_t n, float* dx, float* dW) {
   if (dx) {
     ScratchFrame frame(ctx);
     float* wt = frame.take(R * C);
     transpose(ctx, w, R, C, wt);
-    matmul(ctx, {DType::F32, wt, static_cast<int>(C), static_cast<int>(R)}, nullptr, dy, T, dx);
+    matmul(ctx, {DType::F32, wt, static_cast<int>(C), static_cast<int>(R)}, nullptr, dy, static_cast<int>(n), dx);
   }
   if (dW) {
     ScratchFrame frame(ctx);
@@ -74,10 +72,27 @@ void matmul_backward(const KernelContext& ctx, const WeightView& W, const float*
     float* prod = frame.take(R * C);
     transpose(ctx, dy, n, R, dyt);
     transpose(ctx, x, n, C, xt);
-    matmul(ctx, {DType::F32, xt, static_cast<int>(C), T}, nullptr, dyt, static_cast<int>(R), prod);
+    matmul(ctx, {DType::F32, xt, static_cast<int>(C), static_cast<int>(n)}, nullptr, dyt, static_cast<int>(R), prod);
     parallel(ctx, R, 16, [&](size_t rb, size_t re) {
       for (size_t i = rb * C; i < re * C; ++i) dW[i] += prod[i];
     });
+  }
+}
+
+}  // namespace
+
+void matmul_backward(const KernelContext& ctx, const WeightView& W, const float* x, const float* dy, int T, float* dx,
+                     float* dW, float* dbias) {
+  check(W.dtype == DType::F32 && !W.panels, "matmul_backward: needs f32 row-major weights");
+  const float* w = static_cast<const float*>(W.data);
+  const size_t R = W.rows, C = W.cols, n = static_cast<size_t>(T);
+  if (T == 0) return;
+  if (simd_path() == SimdPath::Avx512) {  // both products on the operands where they lie
+    const int r = W.rows, c = W.cols;
+    if (dx) gemm_strided_avx512(ctx, T, c, r, {dy, R, 1}, {w, C, 1}, dx, C, false);
+    if (dW) gemm_strided_avx512(ctx, r, c, T, {dy, 1, R}, {x, C, 1}, dW, C, true);
+  } else {
+    matmul_backward_copies(ctx, w, R, C, x, dy, n, dx, dW);
   }
   if (dbias)  // column sums of dy, each column by one thread
     parallel(ctx, R, 64, [&](size_t rb, size_t re) {

@@ -77,5 +77,8 @@ ScratchNeed matmul_scratch(const KernelLimits& limits);
 // matmul_backward's own copies (backward_cpu.cc) for a (rows, cols) weight and T tokens.
 size_t matmul_backward_floats(int rows, int cols, int T);
 ScratchNeed ssm_scratch(const KernelLimits& limits);
+// The scans' backward (scan_backward_cpu.cc): checkpoints and partial sums on the caller, a
+// segment's or chunk's states on every thread. Empty unless limits.backward.
+ScratchNeed scan_backward_scratch(const KernelLimits& limits);
 
 }  // namespace hybridlm::cpu

@@ -20,6 +20,17 @@ void gemm_lanes_avx512(const KernelContext& ctx, const WeightView& W, const floa
 // (matmul_backward's copies). False when rows or cols is not a multiple of 16 (the caller's loop
 // takes those).
 bool transpose_avx512(const KernelContext& ctx, const float* in, size_t rows, size_t cols, float* out);
+// A matrix read through strides: element (i, j) at data[i * row + j * col].
+struct StridedView {
+  const float* data;
+  size_t row, col;
+};
+// Training's GEMM (gemm_train_avx512.cc): C (M x N, row stride ldc) = [C +] A (M x K) B (K x N),
+// B with col == 1 or row == 1; each output one sum over k in order, on any thread count.
+void gemm_strided_avx512(const KernelContext& ctx, int M, int N, int K, StridedView A, StridedView B, float* C,
+                         size_t ldc, bool accumulate);
+// Its scratch for N <= max_n: the packed B block on the calling thread, A's tile on every thread.
+ScratchNeed gemm_strided_scratch(int max_n);
 // Its per-thread scratch for calls within `limits` (ctx.scratch): the packed activations on the
 // calling thread; a widened or packed weight panel and one tile's lane sums on every thread.
 ScratchNeed gemm_lanes_scratch(const KernelLimits& limits);

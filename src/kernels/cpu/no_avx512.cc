@@ -68,11 +68,16 @@ bool mamba1_scan_avx512(const KernelContext&, const float*, int, const float*, c
 ScratchNeed ssd_scan_avx512_scratch(const KernelLimits&) { return {}; }
 ScratchNeed ssm_step_avx512_scratch(const KernelLimits&) { return {}; }
 ScratchNeed gemm_lanes_scratch(const KernelLimits&) { return {}; }
+ScratchNeed gemm_strided_scratch(int) { return {}; }
 
 void exp_avx512(const float*, size_t, float*) { unreachable("exp_avx512"); }
 
 void gemm_lanes_avx512(const KernelContext&, const WeightView&, const float*, const float*, int, float*) {
   unreachable("gemm_lanes_avx512");
+}
+
+void gemm_strided_avx512(const KernelContext&, int, int, int, StridedView, StridedView, float*, size_t, bool) {
+  unreachable("gemm_strided_avx512");
 }
 
 void matmul_rows_avx512(const WeightView&, const float*, const float*, int, float*, int, int) {

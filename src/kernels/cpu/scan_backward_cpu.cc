@@ -16,12 +16,12 @@
 #include <cmath>
 #include <cstring>
 #include <utility>
-#include <vector>
 
 #include "base/error.h"
 #include "base/thread_pool.h"
 #include "kernels/cpu/cpu_common.h"
 #include "kernels/cpu/vec_math.h"
+#include "kernels/scratch.h"
 
 namespace hybridlm::cpu {
 
@@ -40,27 +40,12 @@ HYBRIDLM_INLINE float hsum16(const float* v) {
   return (a[0] + a[2]) + (a[1] + a[3]);
 }
 
-// Working buffers of each thread of ctx's pool, kept across a kernel's parallel_for calls: one
-// per segment, and a segment's SSD states are megabytes, which allocated (zeroed, faulted in) per
-// call cost more than the work on them.
-class PerThread {
- public:
-  PerThread(const KernelContext& ctx, size_t floats)
-      : pooled_(ctx.pool != nullptr), bufs_(ctx.pool ? ctx.pool->size() : 1), floats_(floats) {}
-  float* get() {
-    const int t = pooled_ ? ThreadPool::thread_index() : 0;
-    check(t < static_cast<int>(bufs_.size()), "scan backward: buffers for ", bufs_.size(), " threads, used by thread ",
-          t);
-    std::vector<float>& b = bufs_[t];
-    if (b.empty()) b.resize(floats_);
-    return b.data();
-  }
-
- private:
-  bool pooled_;
-  std::vector<std::vector<float>> bufs_;
-  size_t floats_;
-};
+// n zeros from the frame.
+float* zeroed(ScratchFrame& frame, size_t n) {
+  float* p = frame.take(n);
+  std::fill(p, p + n, 0.0f);
+  return p;
+}
 
 // ---- Mamba-1 --------------------------------------------------------------------------------------
 // A block is channels [16 blk, 16 blk + 16) (the last one may be partial: its extra lanes carry
@@ -340,22 +325,26 @@ void mamba1_scan_backward(const KernelContext& ctx, const float* x, int ld_x, co
                           float* dh0) {
   const size_t nblk = (static_cast<size_t>(I) + kLanes - 1) / kLanes, blk_floats = static_cast<size_t>(N) * kLanes;
   const int n_seg = (T + kM1Interval - 1) / kM1Interval;
-  std::vector<float> ckpt(static_cast<size_t>(n_seg) * nblk * blk_floats);
+  ScratchFrame frame(ctx);
+  float* ckpt = frame.take(static_cast<size_t>(n_seg) * nblk * blk_floats);
   parallel(ctx, nblk, 1, [&](size_t b, size_t e) {
-    std::vector<float> h(3 * blk_floats);
-    m1b_ckpt_dispatch(x, ld_x, dt, A, B, ld_bc, h0, T, I, N, ckpt.data(), b, e, h.data(), h.data() + blk_floats,
-                      h.data() + 2 * blk_floats);
+    ScratchFrame body(ctx);
+    float* h = body.take(3 * blk_floats);
+    m1b_ckpt_dispatch(x, ld_x, dt, A, B, ld_bc, h0, T, I, N, ckpt, b, e, h, h + blk_floats, h + 2 * blk_floats);
   });
-  std::vector<float> g(nblk * blk_floats, 0.0f), gA(g.size(), 0.0f), gD(nblk * kLanes, 0.0f);
-  std::vector<float> dBp(nblk * kM1Interval * N), dCp(dBp.size());
-  PerThread work(ctx, (kM1Interval + 2) * blk_floats);  // a segment's states, then A transposed
+  float* g = zeroed(frame, nblk * blk_floats);
+  float* gA = zeroed(frame, nblk * blk_floats);
+  float* gD = zeroed(frame, nblk * kLanes);
+  float* dBp = frame.take(nblk * kM1Interval * N);
+  float* dCp = frame.take(nblk * kM1Interval * N);
   for (int seg = n_seg - 1; seg >= 0; --seg) {
     const int t0 = seg * kM1Interval, Q = std::min(kM1Interval, T - t0);
     parallel(ctx, nblk, 1, [&](size_t b, size_t e) {
-      float* hs = work.get();
+      ScratchFrame body(ctx);  // the segment's states, then A transposed
+      float* hs = body.take((kM1Interval + 2) * blk_floats);
       m1b_seg_dispatch(x, ld_x, dt, A, B, C, ld_bc, D, z, ld_z, I, N, dy, dx, ld_dx, ddt, dz, ld_dz,
-                       ckpt.data() + static_cast<size_t>(seg) * nblk * blk_floats, g.data(), gA.data(), gD.data(),
-                       dBp.data(), dCp.data(), t0, Q, b, e, hs, hs + (kM1Interval + 1) * blk_floats);
+                       ckpt + static_cast<size_t>(seg) * nblk * blk_floats, g, gA, gD, dBp, dCp, t0, Q, b, e, hs,
+                       hs + (kM1Interval + 1) * blk_floats);
     });
     // The segment's dB, dC rows: the blocks' partials added in block order.
     parallel(ctx, static_cast<size_t>(Q), 8, [&](size_t jb, size_t je) {
@@ -392,22 +381,26 @@ void ssd_scan_backward(const KernelContext& ctx, const float* x, int ld_x, const
   const int nh = dims.n_heads, N = dims.d_state, hpg = nh / dims.n_groups;
   const size_t PN = static_cast<size_t>(dims.head_dim) * N;
   const int n_chunks = (T + chunk - 1) / chunk;
-  std::vector<float> ckpt(static_cast<size_t>(n_chunks) * nh * PN);
+  ScratchFrame frame(ctx);
+  float* ckpt = frame.take(static_cast<size_t>(n_chunks) * nh * PN);
   if (n_chunks > 0)  // T == 0: no chunk, nothing to save (dS0 is then 0)
     parallel(ctx, static_cast<size_t>(nh), 1, [&](size_t b, size_t e) {
-      ssdb_ckpt_dispatch(x, ld_x, dt, A, B, ld_bc, dims, chunk, S0, T, ckpt.data(), b, e);
+      ssdb_ckpt_dispatch(x, ld_x, dt, A, B, ld_bc, dims, chunk, S0, T, ckpt, b, e);
     });
-  std::vector<float> gS(static_cast<size_t>(nh) * PN, 0.0f), gA(nh, 0.0f), gD(nh, 0.0f);
-  std::vector<float> dBp(static_cast<size_t>(nh) * chunk * N), dCp(dBp.size());
+  float* gS = zeroed(frame, static_cast<size_t>(nh) * PN);
+  float* gA = zeroed(frame, static_cast<size_t>(nh));
+  float* gD = zeroed(frame, static_cast<size_t>(nh));
+  float* dBp = frame.take(static_cast<size_t>(nh) * chunk * N);
+  float* dCp = frame.take(static_cast<size_t>(nh) * chunk * N);
   const size_t states = (static_cast<size_t>(std::min(chunk, T)) + 1) * PN;
-  PerThread work(ctx, states + 2 * static_cast<size_t>(N));  // a chunk's states, then tb, tc
   for (int c = n_chunks - 1; c >= 0; --c) {
     const int c0 = c * chunk, Q = std::min(chunk, T - c0);
     parallel(ctx, static_cast<size_t>(nh), 1, [&](size_t b, size_t e) {
-      float* Ss = work.get();
+      ScratchFrame body(ctx);  // a chunk's states, then tb, tc
+      float* Ss = body.take(states + 2 * static_cast<size_t>(N));
       ssdb_chunk_loops_dispatch(x, ld_x, dt, A, B, C, ld_bc, D, dims, chunk, dy, dx, ld_dx, ddt,
-                                ckpt.data() + static_cast<size_t>(c) * nh * PN, gS.data(), gA.data(), gD.data(),
-                                dBp.data(), dCp.data(), c0, Q, b, e, Ss, Ss + states, Ss + states + N);
+                                ckpt + static_cast<size_t>(c) * nh * PN, gS, gA, gD, dBp, dCp, c0, Q, b, e, Ss,
+                                Ss + states, Ss + states + N);
     });
     // The chunk's dB, dC rows: each group's heads' partials added in head order.
     parallel(ctx, static_cast<size_t>(Q), 8, [&](size_t jb, size_t je) {
@@ -429,7 +422,32 @@ void ssd_scan_backward(const KernelContext& ctx, const float* x, int ld_x, const
     dA[h] += gA[h];
     dD[h] += gD[h];
   }
-  if (dS0) std::copy(gS.begin(), gS.end(), dS0);
+  if (dS0) std::copy(gS, gS + static_cast<size_t>(nh) * PN, dS0);
+}
+
+ScratchNeed scan_backward_scratch(const KernelLimits& lim) {
+  if (!lim.backward || lim.d_state == 0 || lim.tokens == 0) return {};
+  using R = FloatArena;
+  const size_t T = static_cast<size_t>(lim.tokens), N = static_cast<size_t>(lim.d_state);
+  const size_t I = static_cast<size_t>(lim.conv_channels);  // bounds d_inner (Mamba-1) and nh * P (SSD)
+  // Mamba-1: blocks of 16 channels; the checkpoint pass and the segments run one after the other.
+  const size_t nblk = (I + kLanes - 1) / kLanes, blk = N * kLanes;
+  const size_t m1_worker = R::rounded((kM1Interval + 2) * blk);
+  const size_t m1_caller = R::rounded(((T + kM1Interval - 1) / kM1Interval) * nblk * blk) +
+                           2 * R::rounded(nblk * blk) + R::rounded(nblk * kLanes) +
+                           2 * R::rounded(nblk * kM1Interval * N);
+  ScratchNeed need{m1_caller + m1_worker, m1_worker};
+  if (lim.head_dim > 0 && lim.ssd_chunk > 0) {
+    // The SSD: checkpoints are fewer with longer chunks, the per-chunk buffers larger.
+    const size_t P = static_cast<size_t>(lim.head_dim), nh = (I + P - 1) / P;
+    const size_t lo = static_cast<size_t>(std::max(1, lim.ssd_chunk_min > 0 ? lim.ssd_chunk_min : lim.ssd_chunk));
+    const size_t hi = static_cast<size_t>(lim.ssd_chunk);
+    const size_t worker = R::rounded((std::min(hi, T) + 1) * P * N + 2 * N);
+    const size_t caller = R::rounded(((T + lo - 1) / lo) * nh * P * N) + R::rounded(nh * P * N) + 2 * R::rounded(nh) +
+                          2 * R::rounded(nh * hi * N);
+    need = most(need, {caller + worker, worker});
+  }
+  return need;
 }
 
 }  // namespace hybridlm::cpu

@@ -29,7 +29,9 @@ void widen_ssd_limits(const Spec& s, KernelLimits& lim) {
   lim.d_state = std::max(lim.d_state, s.d_state);
   lim.head_dim = std::max(lim.head_dim, s.head_dim);
   lim.n_groups = std::max(lim.n_groups, s.n_groups);
-  lim.ssd_chunk = std::max(lim.ssd_chunk, std::min(s.chunk_size, kCpuSsdChunk));
+  const int chunk = std::min(s.chunk_size, kCpuSsdChunk);
+  lim.ssd_chunk = std::max(lim.ssd_chunk, chunk);
+  lim.ssd_chunk_min = lim.ssd_chunk_min > 0 ? std::min(lim.ssd_chunk_min, chunk) : chunk;
 }
 
 struct Mamba2Weights {
