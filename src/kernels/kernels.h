@@ -206,6 +206,7 @@ struct KernelTable {
   decltype(&ref::rope) rope;
   decltype(&ref::attention) attention;
   decltype(&ref::activation) activation;
+  decltype(&ref::matmul_train) matmul_train;
   decltype(&ref::matmul_backward) matmul_backward;
   decltype(&ref::rmsnorm_backward) rmsnorm_backward;
   decltype(&ref::embedding_backward) embedding_backward;

@@ -279,7 +279,7 @@ void mamba1_forward(const Pass& P, TrainModel::Layer& L, const float* u, float* 
   const int I = s.d_inner, N = s.d_state, K = s.d_conv, R = s.dt_rank, W1 = R + 2 * N;
   const size_t M = P.M(), T = P.T;
   float* proj = sized(L.proj, M * 2 * I);
-  ctx.ops->matmul(ctx, view(L.in_proj.p, 2 * I, P.H), L.in_bias.p, u, static_cast<int>(M), proj);
+  ctx.ops->matmul_train(ctx, view(L.in_proj.p, 2 * I, P.H), L.in_bias.p, u, static_cast<int>(M), proj);
   float* conv = sized(L.conv, M * I);
   std::vector<float> state(static_cast<size_t>(K - 1) * I);
   for (int b = 0; b < P.B; ++b) {
@@ -288,11 +288,11 @@ void mamba1_forward(const Pass& P, TrainModel::Layer& L, const float* u, float* 
                            conv + b * T * I);
   }
   float* dbc = sized(L.dbc, M * W1);
-  ctx.ops->matmul(ctx, view(L.x_proj.p, W1, I), nullptr, conv, static_cast<int>(M), dbc);
+  ctx.ops->matmul_train(ctx, view(L.x_proj.p, W1, I), nullptr, conv, static_cast<int>(M), dbc);
   float* dtl = sized(L.dtl, M * R);
   for (size_t t = 0; t < M; ++t) std::copy(dbc + t * W1, dbc + t * W1 + R, dtl + t * R);
   float* dt_raw = sized(L.dt_raw, M * I);
-  ctx.ops->matmul(ctx, view(L.dt_proj.p, I, R), L.dt_bias.p, dtl, static_cast<int>(M), dt_raw);
+  ctx.ops->matmul_train(ctx, view(L.dt_proj.p, I, R), L.dt_bias.p, dtl, static_cast<int>(M), dt_raw);
   float* dt = sized(L.dt, M * I);
   std::copy(dt_raw, dt_raw + M * I, dt);
   ctx.ops->softplus(ctx, dt, M * I);
@@ -306,7 +306,7 @@ void mamba1_forward(const Pass& P, TrainModel::Layer& L, const float* u, float* 
     ctx.ops->mamba1_scan(ctx, conv + b * T * I, I, dt + b * T * I, A, bc + R, bc + R + N, W1, L.D.p,
                          proj + b * T * 2 * I + I, 2 * I, h.data(), P.T, I, N, y + b * T * I);
   }
-  ctx.ops->matmul(ctx, view(L.out_proj.p, P.H, I), L.out_bias.p, y, static_cast<int>(M), out);
+  ctx.ops->matmul_train(ctx, view(L.out_proj.p, P.H, I), L.out_bias.p, y, static_cast<int>(M), out);
 }
 
 void mamba1_backward(const Pass& P, TrainModel::Layer& L, const float* u, const float* dout, float* du) {
@@ -354,7 +354,7 @@ void mamba2_forward(const Pass& P, TrainModel::Layer& L, const float* u, float* 
   const int W = s.in_proj_dim(), cd = s.conv_dim();
   const size_t M = P.M(), T = P.T;
   float* proj = sized(L.proj, M * W);
-  ctx.ops->matmul(ctx, view(L.in_proj.p, W, P.H), L.in_bias.p, u, static_cast<int>(M), proj);
+  ctx.ops->matmul_train(ctx, view(L.in_proj.p, W, P.H), L.in_bias.p, u, static_cast<int>(M), proj);
   float* conv = sized(L.conv, M * cd);
   std::vector<float> state(static_cast<size_t>(K - 1) * cd);
   for (int b = 0; b < P.B; ++b) {
@@ -383,7 +383,7 @@ void mamba2_forward(const Pass& P, TrainModel::Layer& L, const float* u, float* 
   const int group = s.norm_grouping == NormGrouping::Grouped ? I / G : I;
   float* g = sized(L.g, M * I);
   ctx.ops->gated_rmsnorm(ctx, y, proj, W, L.norm.p, static_cast<int>(M), I, group, s.norm_eps, g);
-  ctx.ops->matmul(ctx, view(L.out_proj.p, P.H, I), L.out_bias.p, g, static_cast<int>(M), out);
+  ctx.ops->matmul_train(ctx, view(L.out_proj.p, P.H, I), L.out_bias.p, g, static_cast<int>(M), out);
 }
 
 void mamba2_backward(const Pass& P, TrainModel::Layer& L, const float* u, const float* dout, float* du) {
@@ -452,9 +452,9 @@ void attention_forward(const Pass& P, TrainModel::Layer& L, const float* u, floa
   float* q = sized(L.qa, M * qd);
   float* k = sized(L.ka, M * kd);
   float* v = sized(L.va, M * kd);
-  ctx.ops->matmul(ctx, view(L.q.p, qd, P.H), L.q_bias.p, u, Mi, q);
-  ctx.ops->matmul(ctx, view(L.k.p, kd, P.H), L.k_bias.p, u, Mi, k);
-  ctx.ops->matmul(ctx, view(L.v.p, kd, P.H), L.v_bias.p, u, Mi, v);
+  ctx.ops->matmul_train(ctx, view(L.q.p, qd, P.H), L.q_bias.p, u, Mi, q);
+  ctx.ops->matmul_train(ctx, view(L.k.p, kd, P.H), L.k_bias.p, u, Mi, k);
+  ctx.ops->matmul_train(ctx, view(L.v.p, kd, P.H), L.v_bias.p, u, Mi, v);
   if (s.qk_norm) {
     L.q_pre.assign(q, q + M * qd);
     L.k_pre.assign(k, k + M * kd);
@@ -471,7 +471,7 @@ void attention_forward(const Pass& P, TrainModel::Layer& L, const float* u, floa
     const PagedKv kv = contiguous_kv(k + b * T * kd, v + b * T * kd, P.T, kvh, hd, &page0);
     ctx.ops->attention(ctx, q + b * T * qd, qd, kv, 0, P.T, nh, s.softmax_scale(), att + b * T * qd);
   }
-  ctx.ops->matmul(ctx, view(L.o.p, P.H, qd), L.o_bias.p, att, Mi, out);
+  ctx.ops->matmul_train(ctx, view(L.o.p, P.H, qd), L.o_bias.p, att, Mi, out);
 }
 
 void attention_backward(const Pass& P, TrainModel::Layer& L, const float* u, const float* dout, float* du) {
@@ -517,15 +517,15 @@ void mlp_forward(const Pass& P, TrainModel::Layer& L, const float* u, float* out
   const int F = s.d_ff, Mi = static_cast<int>(P.M());
   float* b = sized(L.b, P.M() * F);
   float* m = sized(L.m, P.M() * F);
-  ctx.ops->matmul(ctx, view(L.up.p, F, P.H), nullptr, u, Mi, b);
+  ctx.ops->matmul_train(ctx, view(L.up.p, F, P.H), nullptr, u, Mi, b);
   if (s.gated) {
     float* a = sized(L.a, P.M() * F);
-    ctx.ops->matmul(ctx, view(L.gate.p, F, P.H), nullptr, u, Mi, a);
+    ctx.ops->matmul_train(ctx, view(L.gate.p, F, P.H), nullptr, u, Mi, a);
     ctx.ops->activation(ctx, s.act, a, b, F, Mi, F, m);
   } else {
     ctx.ops->activation(ctx, s.act, b, nullptr, F, Mi, F, m);
   }
-  ctx.ops->matmul(ctx, view(L.down.p, P.H, F), nullptr, m, Mi, out);
+  ctx.ops->matmul_train(ctx, view(L.down.p, P.H, F), nullptr, m, Mi, out);
 }
 
 void mlp_backward(const Pass& P, TrainModel::Layer& L, const float* u, const float* dout, float* du) {
@@ -615,7 +615,7 @@ double TrainModel::forward_backward(const int32_t* ids, int B, int len, bool bac
   float* hn = sized(hn_, M * H);
   ctx_.ops->rmsnorm(ctx_, h, final_norm.p, static_cast<int>(M), H, eps, hn);
   float* logits = sized(logits_, M * V);
-  ctx_.ops->matmul(ctx_, view(head.p, V, H), nullptr, hn, static_cast<int>(M), logits);
+  ctx_.ops->matmul_train(ctx_, view(head.p, V, H), nullptr, hn, static_cast<int>(M), logits);
   const double loss_sum = ctx_.ops->cross_entropy(ctx_, logits, targets_.data(), static_cast<int>(M), V,
                                                   grad_scale / static_cast<float>(M), backward ? logits : nullptr);
   if (!backward) return loss_sum / static_cast<double>(M);

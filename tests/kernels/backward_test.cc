@@ -95,6 +95,13 @@ TEST_P(BackwardMatmul, AgainstFiniteDifferencesAndRef) {
   EXPECT_LT(max_rel(cdx, dx), tol::kBackwardCpuVsRef);
   EXPECT_LT(max_rel(cdW, dW), tol::kBackwardCpuVsRef);
   EXPECT_LT(max_rel(cdb, db), tol::kBackwardCpuVsRef);
+  // The forward product training runs (any fixed summation order) against ref's matmul.
+  std::vector<float> y(static_cast<size_t>(T) * R), cy(y.size(), 3.0f);
+  for (const float* bias : {static_cast<const float*>(nullptr), b.data()}) {
+    ref::matmul(ref_ctx, W, bias, x.data(), T, y.data());
+    cpu::matmul_train(ctx, W, bias, x.data(), T, cy.data());
+    EXPECT_LT(max_rel(cy, y), tol::kBackwardCpuVsRef) << (bias ? "with" : "without") << " bias";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, BackwardMatmul,

@@ -81,6 +81,19 @@ void matmul_backward_copies(const KernelContext& ctx, const float* w, size_t R, 
 
 }  // namespace
 
+void matmul_train(const KernelContext& ctx, const WeightView& W, const float* bias, const float* x, int T, float* y) {
+  check(W.dtype == DType::F32 && !W.panels, "matmul_train: needs f32 row-major weights");
+  if (simd_path() != SimdPath::Avx512) return matmul(ctx, W, bias, x, T, y);
+  const size_t R = W.rows, C = W.cols;
+  if (bias)
+    parallel(ctx, static_cast<size_t>(T), 64, [&](size_t tb, size_t te) {
+      for (size_t t = tb; t < te; ++t) std::copy(bias, bias + R, y + t * R);
+    });
+  // B (k, r) = W[r, k]: W read down its rows, packed into the GEMM's panels.
+  gemm_strided_avx512(ctx, T, W.rows, W.cols, {x, C, 1}, {static_cast<const float*>(W.data), 1, C}, y, R,
+                      bias != nullptr);
+}
+
 void matmul_backward(const KernelContext& ctx, const WeightView& W, const float* x, const float* dy, int T, float* dx,
                      float* dW, float* dbias) {
   check(W.dtype == DType::F32 && !W.panels, "matmul_backward: needs f32 row-major weights");

@@ -56,30 +56,6 @@ size_t packed_tokens_floats(int T, int K) {
 size_t panel_floats(int K) { return static_cast<size_t>(kLanes) * panel_chunks(K) * kNR; }
 constexpr size_t kLaneSums = static_cast<size_t>(kLanes) * kMR * kNR;
 
-// In-register transpose of a 16 x 16 block: r[i] lane j <- r[j] lane i.
-HYBRIDLM_AVX512 inline __attribute__((always_inline)) void transpose16(__m512 (&r)[16]) {
-  __m512 t[16], u[16];
-  for (int i = 0; i < 8; ++i) {
-    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-  }
-  for (int i = 0; i < 4; ++i) {
-    u[4 * i] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
-    u[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
-    u[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
-    u[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
-  }
-  for (int i = 0; i < 2; ++i)
-    for (int j = 0; j < 4; ++j) {
-      t[8 * i + j] = _mm512_shuffle_f32x4(u[8 * i + j], u[8 * i + 4 + j], 0x88);
-      t[8 * i + 4 + j] = _mm512_shuffle_f32x4(u[8 * i + j], u[8 * i + 4 + j], 0xDD);
-    }
-  for (int j = 0; j < 8; ++j) {
-    r[j] = _mm512_shuffle_f32x4(t[j], t[8 + j], 0x88);
-    r[8 + j] = _mm512_shuffle_f32x4(t[j], t[8 + j], 0xDD);
-  }
-}
-
 inline __mmask16 chunk_mask(int K, int c) {
   const int n = std::min(kLanes, K - c * kLanes);
   return static_cast<__mmask16>((1u << n) - 1);

@@ -29,8 +29,9 @@ struct StridedView {
 // B with col == 1 or row == 1; each output one sum over k in order, on any thread count.
 void gemm_strided_avx512(const KernelContext& ctx, int M, int N, int K, StridedView A, StridedView B, float* C,
                          size_t ldc, bool accumulate);
-// Its scratch for N <= max_n: the packed B block on the calling thread, A's tile on every thread.
-ScratchNeed gemm_strided_scratch(int max_n);
+// Its scratch for N <= max_n and, where A is transposed (A.row == 1), M <= max_m: the packed B
+// block and a transposed A's block on the calling thread, A's tile on every thread.
+ScratchNeed gemm_strided_scratch(int max_n, int max_m);
 // Its per-thread scratch for calls within `limits` (ctx.scratch): the packed activations on the
 // calling thread; a widened or packed weight panel and one tile's lane sums on every thread.
 ScratchNeed gemm_lanes_scratch(const KernelLimits& limits);

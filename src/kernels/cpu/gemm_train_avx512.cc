@@ -1,12 +1,14 @@
 // The training GEMM on the AVX-512 path: C = [C +] A B for operands read through strides, so that
-// matmul_backward's two products run on the activations and gradients where they lie (no
-// transposed copies), and each output is one plain sum (no lane classes: training needs no batch
-// invariance, only results that do not depend on the thread count).
+// matmul_train (y = x W^T) and matmul_backward's two products (dx = dy W, dW += dy^T x) run on the
+// weights, activations and gradients where they lie (no transposed copies), and each output is one
+// plain sum (no lane classes: training needs no batch invariance, only results that do not depend
+// on the thread count).
 //
 // Blocking (the usual register-tile GEMM): K in blocks of kKc. Per block, B's rows are packed
 // into panels of kNR columns, [panel][k][kNR] (zero past N), on the calling thread's scratch and
 // shared by all threads; then threads take tiles of kMR rows of A from a shared counter, pack the
-// tile's A block as [k][kMR] on their own scratch and run it against every panel: 2 vector loads of
+// tile's A block as [k][kMR] on their own scratch (a transposed A, read a row at a time, is packed
+// for all tiles before, on the caller's) and run it against every panel: 2 vector loads of
 // B and kMR broadcasts of A per 2 kMR FMAs, the kMR x kNR sums in registers. C is read back (the
 // second K block on, or `accumulate`) and stored once per block. Every output is summed over k in
 // order by one FMA chain, whichever thread computes it.
@@ -34,32 +36,59 @@ void pack_b(StridedView B, int N, int k0, int kc, float* bp, size_t pb, size_t p
   for (size_t p = pb; p < pe; ++p) {
     float* out = bp + p * static_cast<size_t>(kc) * kNR;
     const int n0 = static_cast<int>(p) * kNR, nn = std::min(kNR, N - n0);
-    for (int k = 0; k < kc; ++k) {
-      float* o = out + static_cast<size_t>(k) * kNR;
-      const float* src = B.data + static_cast<size_t>(k0 + k) * B.row + static_cast<size_t>(n0) * B.col;
-      if (B.col == 1) {
-        std::memcpy(o, src, static_cast<size_t>(nn) * sizeof(float));
-      } else {
-        for (int j = 0; j < nn; ++j) o[j] = src[static_cast<size_t>(j) * B.col];
+    const float* base = B.data + static_cast<size_t>(k0) * B.row + static_cast<size_t>(n0) * B.col;
+    if (B.col == 1) {  // rows of B are contiguous
+      for (int k = 0; k < kc; ++k) {
+        float* o = out + static_cast<size_t>(k) * kNR;
+        std::memcpy(o, base + static_cast<size_t>(k) * B.row, static_cast<size_t>(nn) * sizeof(float));
+        std::fill(o + nn, o + kNR, 0.0f);
       }
-      for (int j = nn; j < kNR; ++j) o[j] = 0.0f;
+    } else {  // columns of B are contiguous (B.row == 1: a weight read as W^T) or strided
+      for (int j = 0; j < nn; ++j) {
+        const float* src = base + static_cast<size_t>(j) * B.col;
+        for (int k = 0; k < kc; ++k) out[static_cast<size_t>(k) * kNR + j] = src[static_cast<size_t>(k) * B.row];
+      }
+      for (int k = 0; k < kc; ++k) std::fill(out + static_cast<size_t>(k) * kNR + nn, out + static_cast<size_t>(k + 1) * kNR, 0.0f);
     }
   }
 }
 
-// A's rows [i0, i0 + mr) and columns [k0, k0 + kc) into ap: [k][kMR].
-void pack_a(StridedView A, int i0, int mr, int k0, int kc, float* ap) {
-  if (A.row == 1) {  // A's columns are contiguous in memory (A is a transposed matrix): rows of ap
-    for (int k = 0; k < kc; ++k) {
-      const float* src = A.data + static_cast<size_t>(k0 + k) * A.col + i0;
-      float* o = ap + static_cast<size_t>(k) * kMR;
-      for (int i = 0; i < mr; ++i) o[i] = src[i];
+// A's rows [i0, i0 + mr) and columns [k0, k0 + kc) into ap: [k][kMR] (rows past mr: zero).
+HYBRIDLM_AVX512 void pack_a(StridedView A, int i0, int mr, int k0, int kc, float* ap) {
+  const __mmask16 tile = static_cast<__mmask16>((1u << kMR) - 1);
+  if (A.col == 1) {  // A's rows are contiguous: 16 x 16 blocks transposed in registers
+    __m512 r[16];
+    for (int k = 0; k < kc; k += 16) {
+      const int nk = std::min(16, kc - k);
+      const __mmask16 cols = static_cast<__mmask16>((1u << nk) - 1);
+      for (int i = 0; i < 16; ++i)
+        r[i] = i < mr ? _mm512_maskz_loadu_ps(cols, A.data + static_cast<size_t>(i0 + i) * A.row + k0 + k)
+                      : _mm512_setzero_ps();
+      transpose16(r);
+      for (int j = 0; j < nk; ++j) _mm512_mask_storeu_ps(ap + static_cast<size_t>(k + j) * kMR, tile, r[j]);
     }
     return;
   }
-  for (int i = 0; i < mr; ++i) {
-    const float* src = A.data + static_cast<size_t>(i0 + i) * A.row + static_cast<size_t>(k0) * A.col;
-    for (int k = 0; k < kc; ++k) ap[static_cast<size_t>(k) * kMR + i] = src[static_cast<size_t>(k) * A.col];
+  for (int k = 0; k < kc; ++k)
+    for (int i = 0; i < kMR; ++i)
+      ap[static_cast<size_t>(k) * kMR + i] =
+          i < mr ? A.data[static_cast<size_t>(i0 + i) * A.row + static_cast<size_t>(k0 + k) * A.col] : 0.0f;
+}
+
+// With A.row == 1 (A transposed: dW's dy^T), its block [k0, k0 + kc) of every tile at once, rows k
+// in [kb, ke): each k a contiguous run of A read front to back (per tile, one k per cache line,
+// a page apart, was a cache and TLB miss per load). ap: [tile][k][kMR], rows past M zero.
+HYBRIDLM_AVX512 void pack_a_transposed(StridedView A, int M, int k0, int kc, float* ap, size_t kb, size_t ke) {
+  const __mmask16 tile = static_cast<__mmask16>((1u << kMR) - 1);
+  const int n_tiles = (M + kMR - 1) / kMR;
+  for (size_t k = kb; k < ke; ++k) {
+    const float* src = A.data + (static_cast<size_t>(k0) + k) * A.col;
+    for (int t = 0; t < n_tiles; ++t) {
+      const int mr = std::min(kMR, M - t * kMR);
+      const __mmask16 rows = static_cast<__mmask16>((1u << mr) - 1);
+      _mm512_mask_storeu_ps(ap + (static_cast<size_t>(t) * kc + k) * kMR, tile,
+                            _mm512_maskz_loadu_ps(rows, src + static_cast<size_t>(t) * kMR));
+    }
   }
 }
 
@@ -122,18 +151,25 @@ void gemm_strided_avx512(const KernelContext& ctx, int M, int N, int K, StridedV
   const size_t threads = static_cast<size_t>(ctx.pool ? ctx.pool->size() : 1);
   ScratchFrame frame(ctx);
   float* bp = frame.take(static_cast<size_t>(std::min(K, kKc)) * padded_cols(N));
+  const bool a_transposed = A.row == 1;  // packed for all tiles up front, else per tile
+  float* ap_all = a_transposed ? frame.take(static_cast<size_t>(std::min(K, kKc)) * n_tiles * kMR) : nullptr;
   for (int k0 = 0; k0 < K; k0 += kKc) {
     const int kc = std::min(kKc, K - k0);
     const bool load = accumulate || k0 > 0;
     parallel(ctx, n_panels, 1, [&](size_t pb, size_t pe) { pack_b(B, N, k0, kc, bp, pb, pe); });
+    if (a_transposed)
+      parallel(ctx, static_cast<size_t>(kc), 16,
+               [&](size_t kb, size_t ke) { pack_a_transposed(A, M, k0, kc, ap_all, kb, ke); });
     // Tiles from a shared counter: on a shared host one thread often runs slower for a while.
     std::atomic<size_t> next{0};
     parallel(ctx, std::min(threads, n_tiles), 1, [&](size_t, size_t) {
       ScratchFrame own(ctx);
-      float* ap = own.take(static_cast<size_t>(kKc) * kMR);
+      float* own_ap = a_transposed ? nullptr : own.take(static_cast<size_t>(kKc) * kMR);
       for (size_t t; (t = next.fetch_add(1, std::memory_order_relaxed)) < n_tiles;) {
         const int i0 = static_cast<int>(t) * kMR, mr = std::min(kMR, M - i0);
-        pack_a(A, i0, mr, k0, kc, ap);
+        const float* ap = own_ap;
+        if (a_transposed) ap = ap_all + t * static_cast<size_t>(kc) * kMR;
+        else pack_a(A, i0, mr, k0, kc, own_ap);
         for (size_t p = 0; p < n_panels; ++p) {
           const int n0 = static_cast<int>(p) * kNR;
           tile_n(mr, ap, bp + p * static_cast<size_t>(kc) * kNR, kc, C + static_cast<size_t>(i0) * ldc + n0, ldc,
@@ -144,9 +180,10 @@ void gemm_strided_avx512(const KernelContext& ctx, int M, int N, int K, StridedV
   }
 }
 
-ScratchNeed gemm_strided_scratch(int max_n) {
+ScratchNeed gemm_strided_scratch(int max_n, int max_m) {
   const size_t own = FloatArena::rounded(static_cast<size_t>(kKc) * kMR);
-  return {FloatArena::rounded(static_cast<size_t>(kKc) * padded_cols(max_n)) + own, own};
+  const size_t a_all = static_cast<size_t>(kKc) * ((static_cast<size_t>(max_m) + kMR - 1) / kMR * kMR);
+  return {FloatArena::rounded(static_cast<size_t>(kKc) * padded_cols(max_n)) + FloatArena::rounded(a_all) + own, own};
 }
 
 }  // namespace hybridlm::cpu

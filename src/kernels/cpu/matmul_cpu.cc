@@ -219,7 +219,7 @@ ScratchNeed matmul_scratch(const KernelLimits& lim) {
   ScratchNeed need = most(gemm_lanes_scratch(lim), {q8_acts_floats(lim.tokens, lim.matmul_cols), 0});
   if (lim.backward && simd_path() == SimdPath::Avx512) {
     // matmul_backward runs both products on the strided GEMM (gemm_train_avx512.cc).
-    need = most(need, gemm_strided_scratch(std::max(lim.matmul_cols, lim.matmul_rows)));
+    need = most(need, gemm_strided_scratch(std::max(lim.matmul_cols, lim.matmul_rows), lim.matmul_rows));
   } else if (lim.backward) {
     // matmul_backward (backward_cpu.cc): dW's products take `rows` tokens of `tokens` columns, on
     // top of its copies dy^T, x^T and the product (dx's W^T, taken before, is smaller).

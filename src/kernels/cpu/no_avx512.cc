@@ -68,7 +68,7 @@ bool mamba1_scan_avx512(const KernelContext&, const float*, int, const float*, c
 ScratchNeed ssd_scan_avx512_scratch(const KernelLimits&) { return {}; }
 ScratchNeed ssm_step_avx512_scratch(const KernelLimits&) { return {}; }
 ScratchNeed gemm_lanes_scratch(const KernelLimits&) { return {}; }
-ScratchNeed gemm_strided_scratch(int) { return {}; }
+ScratchNeed gemm_strided_scratch(int, int) { return {}; }
 
 void exp_avx512(const float*, size_t, float*) { unreachable("exp_avx512"); }
 

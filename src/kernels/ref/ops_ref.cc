@@ -388,6 +388,11 @@ void activation(const KernelContext&, Activation act, const float* a, const floa
 
 // ---- backward -------------------------------------------------------------------------------------
 
+void matmul_train(const KernelContext& ctx, const WeightView& W, const float* bias, const float* x, int T, float* y) {
+  check(W.dtype == DType::F32 && !W.panels, "matmul_train: needs f32 row-major weights");
+  matmul(ctx, W, bias, x, T, y);
+}
+
 void matmul_backward(const KernelContext&, const WeightView& W, const float* x, const float* dy, int T, float* dx,
                      float* dW, float* dbias) {
   check(W.dtype == DType::F32 && !W.panels, "matmul_backward: needs f32 row-major weights");
