@@ -209,6 +209,22 @@ def lfm2_config(hidden, layers, vocab, heads, kv_heads, d_ff, attn_idx, tie=True
     }
 
 
+def lfm2_moe_config(hidden, vocab, types, heads, kv_heads, d_ff, moe_ff, experts, top_k, dense=2, tie=True,
+                    eos=7):
+    """An Lfm2MoeConfig; types is a string of c (conv) / a (full_attention)."""
+    return {
+        "architectures": ["Lfm2MoeForCausalLM"], "model_type": "lfm2_moe",
+        "hidden_size": hidden, "num_hidden_layers": len(types), "vocab_size": vocab,
+        "layer_types": ["full_attention" if ch == "a" else "conv" for ch in types],
+        "num_attention_heads": heads, "num_key_value_heads": kv_heads, "intermediate_size": d_ff,
+        "moe_intermediate_size": moe_ff, "num_experts": experts, "num_experts_per_tok": top_k,
+        "num_dense_layers": dense, "use_expert_bias": True, "norm_topk_prob": True, "routed_scaling_factor": 1.0,
+        "norm_eps": 1e-5, "tie_word_embeddings": tie, "rope_theta": 1000000.0, "conv_bias": False,
+        "conv_L_cache": 3, "max_position_embeddings": 128000, "bos_token_id": 1, "eos_token_id": eos,
+        "pad_token_id": 0, "torch_dtype": "float32",
+    }
+
+
 def nemotron_h_config(hidden, vocab, pattern, heads, kv_heads, head_dim, d_ff, mamba_heads, mamba_head_dim,
                       d_state, groups, experts=4, top_k=2, moe_ff=48, shared_ff=40, n_group=1, topk_group=1):
     """A NemotronHConfig in the hub form (hybrid_override_pattern)."""
@@ -340,6 +356,10 @@ PRESETS = {
     "bamba-tiny": lambda: bamba_config(64, 4, 512, 4, 2, 96, [1, 3], 8, 16, chunk=16),
     # LFM2 at test size: short-conv layers with attention at 2 and 4 (MLP 2/3 x 200 -> 144).
     "lfm2-tiny": lambda: lfm2_config(64, 5, 512, 4, 2, 200, [2, 4]),
+    # LFM2-MoE at test size: one dense layer, then sigmoid-routed experts (top-2 of 4, expert bias).
+    "lfm2-moe-tiny": lambda: lfm2_moe_config(64, 512, "ccaca", 4, 2, 96, 32, 4, 2, dense=1),
+    # LiquidAI/LFM2-8B-A1B (8.3B total, 1.5B active): for `plan`, not for tests.
+    "lfm2-moe-8b": lambda: lfm2_moe_config(2048, 65536, "ccacccacccacccacccaccacc", 32, 8, 7168, 1792, 32, 4),
     # Nemotron-H at test size: every layer kind, grouped Mamba-2 norm, 4 experts in 2 groups.
     # Granite 4.0-H at test size: µP multipliers, MoE top-2 of 4 + shared MLP, NoPE attention.
     # Falcon-H1 at test size: parallel Mamba-2 || attention in every layer, µP multipliers.
@@ -689,7 +709,8 @@ def lfm2_attention_layers(cfg):
 
 
 def lfm2_specs(cfg):
-    """Lfm2ForCausalLM (research/hf-hybrid.md C.9)."""
+    """Lfm2ForCausalLM (research/hf-hybrid.md C.9) and Lfm2MoeForCausalLM (its first num_dense_layers
+    layers with an MLP of intermediate_size, the others sigmoid-routed experts)."""
     H = int(cfg["hidden_size"])
     tie = bool(cfg.get("tie_word_embeddings", True))
     specs, tail = head_specs(cfg, tie, "model.embed_tokens.weight", "model.embed_tokens.weight",
@@ -698,7 +719,9 @@ def lfm2_specs(cfg):
     kv_heads = int(cfg.get("num_key_value_heads", heads))
     hd = int(cfg.get("head_dim") or H // heads)
     L_cache, bias = int(cfg.get("conv_L_cache", 3)), bool(cfg.get("conv_bias", False))
-    F = lfm2_ff_dim(cfg)
+    moe = cfg.get("model_type") == "lfm2_moe"
+    F = int(cfg.get("intermediate_size", 7168)) if moe else lfm2_ff_dim(cfg)
+    E, Fe = int(cfg.get("num_experts", 32)), int(cfg.get("moe_intermediate_size", 1792))
     for i, is_attn in enumerate(lfm2_attention_layers(cfg)):
         p = "model.layers.%d." % i
         specs.append((p + "operator_norm.weight", (H,), NORM_INIT))
@@ -715,7 +738,15 @@ def lfm2_specs(cfg):
                 specs += [(c + "in_proj.bias", (3 * H,), BIAS_INIT), (c + "conv.bias", (H,), BIAS_INIT),
                           (c + "out_proj.bias", (H,), BIAS_INIT)]
         specs.append((p + "ffn_norm.weight", (H,), NORM_INIT))
-        specs += mlp_specs(p + "feed_forward.", H, F, names=("w1", "w3", "w2"))
+        f = p + "feed_forward."
+        if moe and i >= int(cfg.get("num_dense_layers", 2)):
+            specs.append((f + "gate.weight", (E, H), normal(0.5)))
+            if cfg.get("use_expert_bias", True):
+                specs.append((f + "expert_bias", (E,), normal(0.1)))
+            for e in range(E):
+                specs += mlp_specs(f + "experts.%d." % e, H, Fe, names=("w1", "w3", "w2"))
+        else:
+            specs += mlp_specs(f, H, F, names=("w1", "w3", "w2"))
     return specs + tail
 
 
@@ -901,6 +932,7 @@ def llamba_specs(cfg):
 
 
 HYBRID_SPECS = {"llamba": llamba_specs, "zamba2": zamba2_specs, "falcon_h1": falcon_h1_specs, "granitemoehybrid": granitemoehybrid_specs, "hybridlm": hybridlm_specs, "jamba": jamba_specs, "bamba": bamba_specs, "lfm2": lfm2_specs,
+                "lfm2_moe": lfm2_specs,
                 "nemotron_h": nemotron_h_specs}
 
 

@@ -112,7 +112,8 @@ enum class Routing {
   SoftmaxTopK,    // p = softmax(logits); the top_k of p (Jamba; renormalize optional)
   TopKSoftmax,    // the top_k logits, softmax over those k (Granite)
   SigmoidGrouped  // s = sigmoid(logits); choose by s + correction bias within the best groups;
-                  // weights s (renormalised if asked) x routed_scale (Nemotron-H, DeepSeek-V3)
+                  // weights s (renormalised if asked) x routed_scale (Nemotron-H, DeepSeek-V3;
+                  // LFM2-MoE: one group, the bias its expert_bias)
 };
 
 // The feed-forward of a block: an MLP, or a mixture of MLP experts (+ an always-on shared MLP).
@@ -125,6 +126,9 @@ struct FfnSpec {
   int n_experts = 0, top_k = 0;
   Routing routing = Routing::SoftmaxTopK;
   bool renormalize = false;  // weights of the top_k renormalised to sum to 1
+  // SigmoidGrouped: renormalised weights are s / (sum of the chosen s + renorm_eps) (DeepSeek-V3 and
+  // Nemotron-H 1e-20; LFM2-MoE 1e-6).
+  float renorm_eps = 1e-20f;
   float routed_scale = 1.0f;
   int n_group = 1, topk_group = 1;  // SigmoidGrouped: experts in n_group groups, keep topk_group
   std::string router = "router.weight", experts = "experts.";

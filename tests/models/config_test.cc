@@ -210,6 +210,61 @@ TEST(Config, Lfm2WidthsNamesAndLayerTypes) {
       << error_of(j);
 }
 
+TEST(Config, Lfm2MoeDenseLayersAndSigmoidRouting) {
+  // LFM2-8B-A1B's shape (research: Lfm2MoeConfig defaults), cut to 4 layers.
+  const json base = {{"model_type", "lfm2_moe"}, {"architectures", {"Lfm2MoeForCausalLM"}}, {"num_hidden_layers", 4},
+                     {"layer_types", {"conv", "conv", "full_attention", "conv"}}};
+  HybridConfig c = parse_config(base, "config.json");
+  EXPECT_EQ(c.family, "lfm2_moe");
+  EXPECT_EQ(c.d_model, 2048);
+  EXPECT_EQ(c.vocab_size, 65536);
+  EXPECT_EQ(c.layer_pattern(), "short_conv+mlp x2, attention+moe x1, short_conv+moe x1");
+  // Dense layers: intermediate_size as is (no LFM2 width adjustment).
+  EXPECT_EQ(c.blocks[1].ffn.kind, FfnKind::Mlp);
+  EXPECT_EQ(c.blocks[1].ffn.mlp.d_ff, 7168);
+  EXPECT_EQ(c.blocks[1].ffn.mlp.gate, "w1");
+  const FfnSpec& m = c.blocks[2].ffn;
+  EXPECT_EQ(m.kind, FfnKind::Moe);
+  EXPECT_EQ(m.mlp.d_ff, 1792);
+  EXPECT_EQ(m.mlp.up, "w3");
+  EXPECT_EQ(m.n_experts, 32);
+  EXPECT_EQ(m.top_k, 4);
+  EXPECT_EQ(m.routing, Routing::SigmoidGrouped);
+  EXPECT_EQ(m.n_group, 1);
+  EXPECT_TRUE(m.renormalize);
+  EXPECT_FLOAT_EQ(m.renorm_eps, 1e-6f);
+  EXPECT_FLOAT_EQ(m.routed_scale, 1.0f);
+  EXPECT_EQ(m.router, "gate.weight");
+  EXPECT_EQ(m.correction_bias, "expert_bias");
+  EXPECT_EQ(c.blocks[2].names.ffn, "model.layers.2.feed_forward.");
+  EXPECT_EQ(c.blocks[2].attn.o_name, "out_proj");
+  EXPECT_FLOAT_EQ(c.blocks[2].attn.rope_theta, 1e6f);
+  EXPECT_TRUE(c.tie_embeddings);
+  json j = base;
+  j["use_expert_bias"] = false;
+  j["num_dense_layers"] = 0;
+  j["norm_topk_prob"] = false;
+  c = parse_config(j, "config.json");
+  EXPECT_EQ(c.blocks[0].ffn.kind, FfnKind::Moe);
+  EXPECT_TRUE(c.blocks[0].ffn.correction_bias.empty());
+  EXPECT_FALSE(c.blocks[0].ffn.renormalize);
+  j = base;
+  j.erase("layer_types");
+  EXPECT_NE(error_of(j).find("layer_types = (missing): required"), std::string::npos) << error_of(j);
+  j = base;
+  j["num_experts_per_tok"] = 40;
+  EXPECT_NE(error_of(j).find("num_experts_per_tok = 40: must be at most num_experts"), std::string::npos);
+  j = base;
+  j["num_dense_layers"] = -1;
+  EXPECT_NE(error_of(j).find("num_dense_layers = -1: must be >= 0"), std::string::npos) << error_of(j);
+  j = base;
+  j["routed_scaling_factor"] = 0;
+  EXPECT_NE(error_of(j).find("routed_scaling_factor = 0: must be a positive number"), std::string::npos);
+  j = base;
+  j["moe_intermediate_size"] = 0;
+  EXPECT_NE(error_of(j).find("moe_intermediate_size = 0"), std::string::npos);
+}
+
 TEST(Config, NemotronHPatternAndMoe) {
   const json base = {{"model_type", "nemotron_h"}, {"hidden_size", 64}, {"vocab_size", 100},
                      {"hybrid_override_pattern", "M*-E"}, {"num_attention_heads", 4}, {"num_key_value_heads", 2},

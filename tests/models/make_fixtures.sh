@@ -30,4 +30,6 @@ mkdir -p "$out"
 "$py" "$tool" --preset llamba-tiny --out "$out/llamba" --seed 15 >/dev/null
 "$py" "$tool" --preset hybridlm-tiny --out "$out/hybridlm_m2d" --seed 16 --set 'block_pattern=["m2d", "t", "m2d"]' \
   --set 'ssm={"d_state": 16, "head_dim": 16, "n_groups": 2, "chunk_size": 8}' >/dev/null
+# LFM2-MoE: a dense first layer, then sigmoid-routed experts with the expert bias.
+"$py" "$tool" --preset lfm2-moe-tiny --out "$out/lfm2_moe" --seed 17 >/dev/null
 echo "fixtures written to $out"

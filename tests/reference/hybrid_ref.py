@@ -323,17 +323,39 @@ def short_conv(w, p, u, H, L, bias):
     return linear(C * y, w(p + "out_proj.weight", (H, H)), w.opt(p + "out_proj.bias", (H,), bias))
 
 
+def lfm2_moe_experts(w, p, u, H, c):
+    """Lfm2MoeSparseMoeBlock (modeling_lfm2_moe.py): s = sigmoid(gate(u)); the top-k experts by
+    s + expert_bias (the bias only chooses); weights the chosen s, divided by (their sum + 1e-6) when
+    norm_topk_prob, times routed_scaling_factor; each expert a SwiGLU w2(silu(w1 u) * w3 u)."""
+    E, k = int(c.get("num_experts", 32)), int(c.get("num_experts_per_tok", 4))
+    F = int(c.get("moe_intermediate_size", 1792))
+    logits = linear(u, w(p + "gate.weight", (E, H)))
+    bias = w(p + "expert_bias", (E,)) if c.get("use_expert_bias", True) else np.zeros(E)
+    out = np.zeros_like(u)
+    for t in range(u.shape[0]):
+        s = 1.0 / (1.0 + np.exp(-logits[t]))
+        top = np.argsort(-(s + bias), kind="stable")[:k]
+        wts = s[top]
+        if c.get("norm_topk_prob", True):
+            wts = wts / (wts.sum() + 1e-6)
+        for e, wt in zip(top, wts * float(c.get("routed_scaling_factor", 1.0))):
+            out[t] += wt * mlp(w, p + "experts.%d." % e, u[t:t + 1], H, F, "silu", names=("w1", "w3", "w2"))[0]
+    return out
+
+
 def lfm2_forward(c, w, ids, norm_groups):
-    """Lfm2ForCausalLM (hf-hybrid.md C.9)."""
+    """Lfm2ForCausalLM (hf-hybrid.md C.9) and Lfm2MoeForCausalLM (the first num_dense_layers layers
+    with an MLP of intermediate_size, the others lfm2_moe_experts)."""
     H, V, L = int(c["hidden_size"]), int(c["vocab_size"]), int(c["num_hidden_layers"])
     eps = float(c.get("norm_eps", 1e-5))
     heads = int(c.get("num_attention_heads", 32))
     kv = int(c.get("num_key_value_heads", heads))
     hd = int(c.get("head_dim") or H // heads)
     theta = float(c.get("theta", (c.get("rope_parameters") or {}).get("rope_theta", c.get("rope_theta", 1e6))))
-    # Lfm2MLP's width, re-derived here from the config keys.
-    F = int(c.get("intermediate_size", c.get("block_ff_dim", 12288)))
-    if c.get("block_auto_adjust_ff_dim", True):
+    moe = c["model_type"] == "lfm2_moe"
+    # Lfm2MLP's width, re-derived here from the config keys; Lfm2MoeMLP takes intermediate_size as is.
+    F = int(c.get("intermediate_size", 7168 if moe else c.get("block_ff_dim", 12288)))
+    if c.get("block_auto_adjust_ff_dim", True) and not moe:
         F = int(2 * F / 3)
         if c.get("block_ffn_dim_multiplier", 1.0) is not None:
             mult = int(c.get("block_multiple_of", 256))
@@ -355,7 +377,10 @@ def lfm2_forward(c, w, ids, norm_groups):
         else:
             h = h + short_conv(w, p + "conv.", u, H, int(c.get("conv_L_cache", 3)), bool(c.get("conv_bias", False)))
         u = rmsnorm(h, w(p + "ffn_norm.weight", (H,)), eps)
-        h = h + mlp(w, p + "feed_forward.", u, H, F, "silu", names=("w1", "w3", "w2"))
+        if moe and i >= int(c.get("num_dense_layers", 2)):
+            h = h + lfm2_moe_experts(w, p + "feed_forward.", u, H, c)
+        else:
+            h = h + mlp(w, p + "feed_forward.", u, H, F, "silu", names=("w1", "w3", "w2"))
     h = rmsnorm(h, w("model.embedding_norm.weight", (H,)), eps)
     return h @ (w("model.embed_tokens.weight") if c.get("tie_word_embeddings", True) else w("lm_head.weight", (V, H))).T
 
@@ -621,7 +646,7 @@ def llamba_forward(c, w, ids, norm_groups):
     return h @ head.T
 
 
-FAMILIES = {"zamba2": zamba2_forward, "falcon_h1": falcon_h1_forward, "granitemoehybrid": granitemoehybrid_forward, "nemotron_h": nemotron_h_forward, "hybridlm": hybridlm_forward, "jamba": jamba_forward, "bamba": bamba_forward, "lfm2": lfm2_forward, "llamba": llamba_forward}
+FAMILIES = {"zamba2": zamba2_forward, "falcon_h1": falcon_h1_forward, "granitemoehybrid": granitemoehybrid_forward, "nemotron_h": nemotron_h_forward, "hybridlm": hybridlm_forward, "jamba": jamba_forward, "bamba": bamba_forward, "lfm2": lfm2_forward, "lfm2_moe": lfm2_forward, "llamba": llamba_forward}
 
 
 class Model:

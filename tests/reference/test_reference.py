@@ -112,6 +112,14 @@ CASES = [
     ("lfm2 conv_bias, conv_L_cache 4, layer_types, untied",
      ["--preset", "lfm2-tiny", "--untie", "--set", "conv_bias=true", "--set", "conv_L_cache=4",
       "--set", 'layer_types=["conv", "full_attention", "conv", "conv", "full_attention"]'], 29),
+    # LFM2-MoE: a dense first layer, then sigmoid-routed experts chosen with the expert bias
+    # (weights unbiased, / (sum + 1e-6)); then two dense layers, top-3 of 6 without bias or
+    # renormalisation, scaled, untied.
+    ("lfm2-moe-tiny", ["--preset", "lfm2-moe-tiny"], 41),
+    ("lfm2-moe 2 dense, no expert bias, no norm, scale 2.5, untied",
+     ["--preset", "lfm2-moe-tiny", "--untie", "--set", "num_dense_layers=2", "--set", "num_experts=6",
+      "--set", "num_experts_per_tok=3", "--set", "use_expert_bias=false", "--set", "norm_topk_prob=false",
+      "--set", "routed_scaling_factor=2.5"], 33),
     # Nemotron-H: M/*/-/E layers, grouped gated norm, dt >= time_step_min, sigmoid-grouped MoE.
     ("nemotron-h-tiny", ["--preset", "nemotron-h-tiny"], 47),
     ("nemotron-h layer list, 8 experts in 4 groups keep 2, top-3, time_step_min 0.03",

@@ -20,6 +20,7 @@ const std::vector<Family>& families() {
       {"falcon_h1", {"FalconH1ForCausalLM"}, parse_falcon_h1},
       {"zamba2", {"Zamba2ForCausalLM"}, parse_zamba2},
       {"llamba", {}, parse_llamba},  // cartesia configs name no architecture
+      {"lfm2_moe", {"Lfm2MoeForCausalLM"}, parse_lfm2_moe},
   };
   return table;
 }
