@@ -305,6 +305,23 @@ def zamba2_config(hidden, vocab, pattern, heads, kv_heads, d_ff, mamba_heads, d_
     }
 
 
+def zamba_config(hidden, vocab, layers, heads, kv_heads, d_ff, mamba_heads, d_state, period=6, offset=4,
+                 tie=True):
+    """A ZambaConfig (layers_block_type from attn_layer_period / attn_layer_offset, as transformers
+    derives it; the adapter derives it too when the key is absent)."""
+    return {
+        "architectures": ["ZambaForCausalLM"], "model_type": "zamba",
+        "hidden_size": hidden, "num_hidden_layers": layers, "vocab_size": vocab,
+        "num_attention_heads": heads, "num_key_value_heads": kv_heads, "intermediate_size": d_ff,
+        "hidden_act": "gelu", "hidden_mamba_act": "silu", "rms_norm_eps": 1e-5, "tie_word_embeddings": tie,
+        "n_mamba_heads": mamba_heads, "mamba_d_state": d_state, "mamba_d_conv": 4, "mamba_expand": 2,
+        "mamba_dt_rank": "auto", "mamba_conv_bias": True, "mamba_proj_bias": False,
+        "attn_layer_period": period, "attn_layer_offset": offset, "time_step_min": 0.001, "time_step_max": 0.1,
+        "time_step_floor": 1e-4, "max_position_embeddings": 4096, "use_mamba_kernels": False,
+        "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0, "torch_dtype": "float32",
+    }
+
+
 def llamba_config(d_model, layers, vocab, d_state, n_v_heads, n_qk_heads, d_ff, expand=1, chunk=128, tie=False,
                   pad_multiple=8, norm_eps=1e-5):
     """cartesia-pytorch LlambaConfig (discrete Mamba-2 blocks; research/ssm-math-serving-training.md A.4)."""
@@ -366,6 +383,10 @@ PRESETS = {
     "falcon-h1-tiny": lambda: falcon_h1_config(64, 3, 512, 4, 2, 96, 96, 6, 16),
     # Zamba2 at test size: two shared blocks alternating over three hybrid layers, LoRA adapters.
     "zamba2-tiny": lambda: zamba2_config(32, 512, "mhmhmhm", 4, 4, 80, 4, 16, n_blocks=2),
+    # Zamba (v1) at test size: layers m m h m h m (two hybrid layers sharing the block), 2 Mamba heads.
+    "zamba-tiny": lambda: zamba_config(32, 512, 6, 4, 4, 80, 2, 8, period=3, offset=1),
+    # Zyphra/Zamba-7B-v1 (ZambaConfig defaults): for `plan`, not for tests.
+    "zamba-7b": lambda: zamba_config(3712, 32000, 76, 16, 16, 14848, 2, 16),
     "granite-h-tiny": lambda: granite_config(64, 4, 512, 4, 2, [2], 4, 2, 32, 48, 8, 16),
     # Llamba at test size: 4 value heads over 2 B/C groups, a vocabulary padded 500 -> 504, a
     # final-norm eps apart from the blocks' fixed 1e-5.
@@ -905,6 +926,72 @@ def zamba2_specs(cfg):
     return specs + tail
 
 
+def zamba_block_types(cfg):
+    if cfg.get("layers_block_type"):
+        return list(cfg["layers_block_type"])
+    period, offset = int(cfg.get("attn_layer_period", 6)), int(cfg.get("attn_layer_offset", 4))
+    return ["mamba", "mamba", "hybrid"] + ["hybrid" if i % period == offset else "mamba"
+                                          for i in range(int(cfg.get("num_hidden_layers", 76)) - 3)]
+
+
+def zamba_mamba_specs(m, H, I, nh, N, R, K, use_bias, use_conv_bias):
+    """ZambaMambaMixer: in_proj rows alternate x and z; per-head x_proj / dt_proj as 3-D tensors."""
+    P = I // nh
+    specs = [(m + "in_proj.weight", (2 * I, H), normal(H ** -0.5))]
+    if use_bias:
+        specs.append((m + "in_proj.bias", (2 * I,), BIAS_INIT))
+    specs.append((m + "conv1d.weight", (I, 1, K), normal(K ** -0.5)))
+    if use_conv_bias:
+        specs.append((m + "conv1d.bias", (I,), BIAS_INIT))
+    specs += [(m + "x_proj_weight", (nh, R + 2 * N, P), normal(P ** -0.5)),
+              (m + "dt_proj_weight", (nh, P, R), normal(0.5 * R ** -0.5)),
+              (m + "dt_proj_bias", (nh, P), dt_bias_init),
+              (m + "A_log", (nh, P, N), a_log_init),
+              (m + "D", (nh, P), NORM_INIT),
+              (m + "out_proj.weight", (H, I), normal(I ** -0.5))]
+    if use_bias:
+        specs.append((m + "out_proj.bias", (H,), BIAS_INIT))
+    return specs
+
+
+def zamba_specs(cfg):
+    """ZambaForCausalLM (modeling_zamba.py): the one shared block stored once, under the first hybrid
+    layer (tied copies are dropped on save)."""
+    H = int(cfg["hidden_size"])
+    tie = bool(cfg.get("tie_word_embeddings", True))
+    specs, tail = head_specs(cfg, tie, "model.embed_tokens.weight", "model.embed_tokens.weight",
+                             "model.final_layernorm.weight")
+    I, nh = int(cfg.get("mamba_expand", 2) * H), int(cfg.get("n_mamba_heads", 2))
+    N, K = int(cfg.get("mamba_d_state", 16)), int(cfg.get("mamba_d_conv", 4))
+    R = cfg.get("mamba_dt_rank", "auto")
+    R = math.ceil(H / 16) if R == "auto" else int(R)
+    heads = int(cfg.get("num_attention_heads", 16))
+    kv_heads = int(cfg.get("num_key_value_heads") or heads)
+    hd = int(cfg.get("attention_head_dim") or 2 * H // heads)
+    F = int(cfg.get("intermediate_size", 14848))
+    bias, conv_bias = bool(cfg.get("mamba_proj_bias", False)), bool(cfg.get("mamba_conv_bias", True))
+    types = zamba_block_types(cfg)
+    for i, t in enumerate(types):
+        p = "model.layers.%d." % i
+        if t == "hybrid":
+            if i == types.index("hybrid"):
+                s = p + "shared_transf."
+                specs += [(s + "input_layernorm.weight", (2 * H,), NORM_INIT),
+                          (s + "pre_ff_layernorm.weight", (H,), NORM_INIT),
+                          (s + "self_attn.q_proj.weight", (heads * hd, 2 * H), normal((2 * H) ** -0.5)),
+                          (s + "self_attn.k_proj.weight", (kv_heads * hd, 2 * H), normal((2 * H) ** -0.5)),
+                          (s + "self_attn.v_proj.weight", (kv_heads * hd, 2 * H), normal((2 * H) ** -0.5)),
+                          (s + "self_attn.o_proj.weight", (H, heads * hd), normal((heads * hd) ** -0.5))]
+                specs += mlp_specs(s + "feed_forward.", H, F)
+            specs.append((p + "mamba_decoder.input_layernorm.weight", (H,), NORM_INIT))
+            specs += zamba_mamba_specs(p + "mamba_decoder.mamba.", H, I, nh, N, R, K, bias, conv_bias)
+            specs.append((p + "linear.weight", (H, H), normal(H ** -0.5)))
+        else:
+            specs.append((p + "input_layernorm.weight", (H,), NORM_INIT))
+            specs += zamba_mamba_specs(p + "mamba.", H, I, nh, N, R, K, bias, conv_bias)
+    return specs + tail
+
+
 def llamba_specs(cfg):
     """cartesia-pytorch LlambaLMHeadModel: backbone.embedding, backbone.layers.N.{input_layernorm,
     mixer.*, post_attention_layernorm, mlp.*}, backbone.final_layernorm, lm_head (untied)."""
@@ -933,6 +1020,7 @@ def llamba_specs(cfg):
 
 HYBRID_SPECS = {"llamba": llamba_specs, "zamba2": zamba2_specs, "falcon_h1": falcon_h1_specs, "granitemoehybrid": granitemoehybrid_specs, "hybridlm": hybridlm_specs, "jamba": jamba_specs, "bamba": bamba_specs, "lfm2": lfm2_specs,
                 "lfm2_moe": lfm2_specs,
+                "zamba": zamba_specs,
                 "nemotron_h": nemotron_h_specs}
 
 

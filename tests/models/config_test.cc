@@ -1,6 +1,8 @@
 // config.json adapters: Hugging Face defaults, dispatch, and one clear error per bad config.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "base/error.h"
 #include "models/config.h"
 
@@ -263,6 +265,78 @@ TEST(Config, Lfm2MoeDenseLayersAndSigmoidRouting) {
   j = base;
   j["moe_intermediate_size"] = 0;
   EXPECT_NE(error_of(j).find("moe_intermediate_size = 0"), std::string::npos);
+}
+
+TEST(Config, ZambaDefaultsHeadsAndSharedBlock) {
+  // ZambaConfig defaults (Zamba-7B-v1): 76 layers, hybrid at 2 and 3 + i where i % 6 == 4.
+  const json base = {{"model_type", "zamba"}, {"architectures", {"ZambaForCausalLM"}}};
+  HybridConfig c = parse_config(base, "config.json");
+  EXPECT_EQ(c.family, "zamba");
+  ASSERT_EQ(c.n_layers(), 76);
+  EXPECT_EQ(c.d_model, 3712);
+  EXPECT_EQ(c.blocks[1].shared_block, -1);
+  EXPECT_EQ(c.blocks[2].shared_block, 0);
+  EXPECT_EQ(c.blocks[7].shared_block, 0);  // i = 4
+  EXPECT_EQ(c.blocks[13].shared_block, 0);  // i = 10
+  EXPECT_EQ(c.blocks[8].shared_block, -1);
+  EXPECT_EQ(c.blocks[13].adapter, 2);
+  const Mamba1Spec& m = c.blocks[0].m1;
+  EXPECT_EQ(m.d_inner, 7424);
+  EXPECT_EQ(m.n_heads, 2);
+  EXPECT_TRUE(m.head_tensors);
+  EXPECT_TRUE(m.in_proj_interleaved);
+  EXPECT_EQ(m.d_state, 16);
+  EXPECT_EQ(m.dt_rank, 232);  // ceil(3712 / 16)
+  EXPECT_TRUE(m.conv_bias);
+  EXPECT_FALSE(m.proj_bias);
+  EXPECT_EQ(c.blocks[2].names.mixer, "model.layers.2.mamba_decoder.mamba.");
+  EXPECT_EQ(c.blocks[2].names.mixer2, "model.layers.2.");
+  EXPECT_EQ(c.blocks[0].names.mixer_norm, "model.layers.0.input_layernorm.weight");
+  const SharedTransformerSpec& st = c.shared;
+  EXPECT_EQ(st.n_blocks, 1);
+  EXPECT_EQ(st.name, "shared_transf.");
+  EXPECT_EQ(st.attn.n_heads, 16);
+  EXPECT_EQ(st.attn.n_kv_heads, 16);  // null: the head count
+  EXPECT_EQ(st.attn.head_dim, 464);   // 2H / heads
+  EXPECT_EQ(st.attn.rope_dim, 0);
+  EXPECT_FLOAT_EQ(st.attn.softmax_scale(), 1.0f / std::sqrt(232.0f));
+  EXPECT_FALSE(st.mlp.fused);
+  EXPECT_EQ(st.mlp.d_ff, 14848);
+  EXPECT_EQ(st.mlp.act, Activation::Gelu);
+  EXPECT_EQ(st.adapter_rank, 0);
+  EXPECT_TRUE(c.tie_embeddings);
+  EXPECT_EQ(c.final_norm_name, "model.final_layernorm.weight");
+  json j = base;
+  j["layers_block_type"] = {"mamba", "hybrid", "mamba"};
+  j["num_hidden_layers"] = 3;
+  j["mamba_dt_rank"] = 7;
+  j["attention_head_dim"] = 64;
+  c = parse_config(j, "config.json");
+  EXPECT_EQ(c.blocks[1].shared_block, 0);
+  EXPECT_EQ(c.blocks[0].m1.dt_rank, 7);
+  EXPECT_EQ(c.shared.attn.head_dim, 64);
+  j = base;
+  j["n_mamba_heads"] = 3;
+  EXPECT_NE(error_of(j).find("n_mamba_heads = 3: must divide mamba_expand x hidden_size = 7424"), std::string::npos)
+      << error_of(j);
+  j = base;
+  j["hidden_mamba_act"] = "gelu";
+  EXPECT_NE(error_of(j).find("hidden_mamba_act = \"gelu\": only silu is supported"), std::string::npos) << error_of(j);
+  j = base;
+  j["attention_hidden_size"] = 100;
+  EXPECT_NE(error_of(j).find("attention_hidden_size = 100: must be 2 x hidden_size = 7424"), std::string::npos);
+  j = base;
+  j["num_hidden_layers"] = 2;
+  EXPECT_NE(error_of(j).find("num_hidden_layers = 2: must be at least 3"), std::string::npos) << error_of(j);
+  j = base;
+  j["layers_block_type"] = {"mamba", "attention"};
+  EXPECT_NE(error_of(j).find("entry 1: unknown layer type (use mamba or hybrid)"), std::string::npos) << error_of(j);
+  j = base;
+  j["mamba_dt_rank"] = "big";
+  EXPECT_NE(error_of(j).find("mamba_dt_rank = \"big\": expected an integer or \"auto\""), std::string::npos);
+  j = base;
+  j["num_key_value_heads"] = 3;
+  EXPECT_NE(error_of(j).find("num_key_value_heads = 3: must divide num_attention_heads"), std::string::npos);
 }
 
 TEST(Config, NemotronHPatternAndMoe) {

@@ -25,10 +25,10 @@ std::filesystem::path fixtures() {
 }
 
 const char* kModels[] = {"mamba1", "falcon_mamba", "mamba2_g2", "mamba2_bf16", "hybridlm", "hybridlm_var", "jamba", "bamba", "lfm2", "nemotron_h", "granite", "falcon_h1", "zamba2", "hybridlm_attn", "llamba", "hybridlm_m2d",
-                           "lfm2_moe"};
+                           "lfm2_moe", "zamba"};
 // The fixtures with attention layers (a KV cache): every family that has one.
 const char* kAttentionModels[] = {"hybridlm", "hybridlm_var", "jamba", "bamba", "lfm2", "nemotron_h", "granite", "falcon_h1", "zamba2", "hybridlm_attn", "hybridlm_m2d",
-                                   "lfm2_moe"};
+                                   "lfm2_moe", "zamba"};
 
 std::vector<int32_t> random_ids(int n, int vocab, uint64_t seed) {
   std::mt19937_64 rng(seed);

@@ -619,6 +619,73 @@ def zamba2_forward(c, w, ids, norm_groups):
     return h @ (w("model.embed_tokens.weight") if c.get("tie_word_embeddings", True) else w("lm_head.weight", (V, H))).T
 
 
+def zamba_mamba(w, p, u, c, H):
+    """ZambaMambaMixer (modeling_zamba.py, slow path): in_proj rows alternate x and z (row 2c is x_c,
+    row 2c + 1 is z_c); causal conv + silu over all I channels; then each of n_mamba_heads heads of
+    P = I / nh channels is an independent Mamba-1 with its own x_proj (R + 2N, P), dt_proj (P, R) +
+    bias, A_log (P, N) and D (P); no dt clamp; y_n * silu(z_n); out_proj of the heads side by side."""
+    I, nh = int(c.get("mamba_expand", 2) * H), int(c.get("n_mamba_heads", 2))
+    N, K = int(c.get("mamba_d_state", 16)), int(c.get("mamba_d_conv", 4))
+    R = c.get("mamba_dt_rank", "auto")
+    R = math.ceil(H / 16) if R == "auto" else int(R)
+    P = I // nh
+    bias, conv_bias = bool(c.get("mamba_proj_bias", False)), bool(c.get("mamba_conv_bias", True))
+    xz = linear(u, w(p + "in_proj.weight", (2 * I, H)), w.opt(p + "in_proj.bias", (2 * I,), bias))
+    x, z = xz[:, 0::2], xz[:, 1::2]
+    x = silu(causal_conv1d(x, w(p + "conv1d.weight", (I, 1, K)), w.opt(p + "conv1d.bias", (I,), conv_bias)))
+    xw, dw = w(p + "x_proj_weight", (nh, R + 2 * N, P)), w(p + "dt_proj_weight", (nh, P, R))
+    db, A_log, D = w(p + "dt_proj_bias", (nh, P)), w(p + "A_log", (nh, P, N)), w(p + "D", (nh, P))
+    ys = []
+    for n in range(nh):
+        xn = x[:, n * P:(n + 1) * P]
+        dbc = xn @ xw[n].T
+        dt, B, C = dbc[:, :R], dbc[:, R:R + N], dbc[:, R + N:]
+        delta = softplus(dt @ dw[n].T + db[n])
+        ys.append(mamba_ref.mamba1_scan(xn, delta, -np.exp(A_log[n]), B, C, D[n]) * silu(z[:, n * P:(n + 1) * P]))
+    return linear(np.concatenate(ys, axis=1), w(p + "out_proj.weight", (H, I)), w.opt(p + "out_proj.bias", (H,), bias))
+
+
+def zamba_forward(c, w, ids, norm_groups):
+    """ZambaForCausalLM (modeling_zamba.py). layers_block_type, or transformers' rule from
+    attn_layer_period / offset. A hybrid layer runs the one shared block on concat(h, embeddings):
+    RMSNorm over 2H, attention without positions (head_dim 2H / heads, scale (hd / 2)^-0.5), o_proj to
+    H, RMSNorm, gated MLP (hidden_act); no residual inside; t = linear(block); then
+    h += mamba(norm(h + t)). Mamba layers: h += mamba(norm(h))."""
+    H, V = int(c["hidden_size"]), int(c["vocab_size"])
+    eps = float(c.get("rms_norm_eps", 1e-5))
+    types = c.get("layers_block_type")
+    if not types:
+        period, offset = int(c.get("attn_layer_period", 6)), int(c.get("attn_layer_offset", 4))
+        types = ["mamba", "mamba", "hybrid"] + ["hybrid" if i % period == offset else "mamba"
+                                              for i in range(int(c.get("num_hidden_layers", 76)) - 3)]
+    heads = int(c.get("num_attention_heads", 16))
+    kv = int(c.get("num_key_value_heads") or heads)
+    hd = int(c.get("attention_head_dim") or 2 * H // heads)
+    F = int(c.get("intermediate_size", 14848))
+    act = c.get("hidden_act", "gelu")
+    # The shared block's weights are tied across hybrid layers; the checkpoint holds one copy.
+    homes = [i for i, t in enumerate(types) if t == "hybrid"
+             and "model.layers.%d.shared_transf.input_layernorm.weight" % i in w.t]
+    emb = w("model.embed_tokens.weight", (V, H))[ids]
+    h = emb
+    for i, t in enumerate(types):
+        p = "model.layers.%d." % i
+        if t == "hybrid":
+            s = "model.layers.%d.shared_transf." % homes[0]
+            x = rmsnorm(np.concatenate([h, emb], axis=1), w(s + "input_layernorm.weight", (2 * H,)), eps)
+            a = attention(w, s + "self_attn.", x, 2 * H, heads, kv, hd, 0, 10000.0, scale=(hd / 2) ** -0.5, out_dim=H)
+            f = rmsnorm(a, w(s + "pre_ff_layernorm.weight", (H,)), eps)
+            m = mlp(w, s + "feed_forward.", f, H, F, act)
+            tt = linear(m, w(p + "linear.weight", (H, H)))
+            u = rmsnorm(h + tt, w(p + "mamba_decoder.input_layernorm.weight", (H,)), eps)
+            h = h + zamba_mamba(w, p + "mamba_decoder.mamba.", u, c, H)
+        else:
+            u = rmsnorm(h, w(p + "input_layernorm.weight", (H,)), eps)
+            h = h + zamba_mamba(w, p + "mamba.", u, c, H)
+    h = rmsnorm(h, w("model.final_layernorm.weight", (H,)), eps)
+    return h @ (w("model.embed_tokens.weight") if c.get("tie_word_embeddings", True) else w("lm_head.weight", (V, H))).T
+
+
 def llamba_forward(c, w, ids, norm_groups):
     """Llamba (cartesia-pytorch LlambaLMHeadModel): Llama-shaped blocks around the discrete Mamba-2.
     The vocabulary is padded up to pad_vocab_size_multiple; the block norms use eps 1e-5 whatever
@@ -646,7 +713,7 @@ def llamba_forward(c, w, ids, norm_groups):
     return h @ head.T
 
 
-FAMILIES = {"zamba2": zamba2_forward, "falcon_h1": falcon_h1_forward, "granitemoehybrid": granitemoehybrid_forward, "nemotron_h": nemotron_h_forward, "hybridlm": hybridlm_forward, "jamba": jamba_forward, "bamba": bamba_forward, "lfm2": lfm2_forward, "lfm2_moe": lfm2_forward, "llamba": llamba_forward}
+FAMILIES = {"zamba": zamba_forward, "zamba2": zamba2_forward, "falcon_h1": falcon_h1_forward, "granitemoehybrid": granitemoehybrid_forward, "nemotron_h": nemotron_h_forward, "hybridlm": hybridlm_forward, "jamba": jamba_forward, "bamba": bamba_forward, "lfm2": lfm2_forward, "lfm2_moe": lfm2_forward, "llamba": llamba_forward}
 
 
 class Model:

@@ -106,7 +106,7 @@ TEST_P(WarmStepAllocations, None) {
 // attention (bamba, hybridlm_var with m, m2, t and relu^2 MLP), short conv (lfm2), Falcon-H1's
 // parallel mixer, Zamba2's shared blocks, Nemotron-H's MLP-only layers.
 const char* kModels[] = {"jamba", "bamba", "hybridlm_var", "lfm2", "falcon_h1", "zamba2", "nemotron_h", "granite",
-                          "lfm2_moe"};
+                          "lfm2_moe", "zamba"};
 INSTANTIATE_TEST_SUITE_P(Fixtures, WarmStepAllocations, ::testing::ValuesIn(kModels));
 
 // The counter sees allocations at all (a test that cannot fail is no test).

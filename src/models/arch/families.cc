@@ -21,6 +21,7 @@ const std::vector<Family>& families() {
       {"zamba2", {"Zamba2ForCausalLM"}, parse_zamba2},
       {"llamba", {}, parse_llamba},  // cartesia configs name no architecture
       {"lfm2_moe", {"Lfm2MoeForCausalLM"}, parse_lfm2_moe},
+      {"zamba", {"ZambaForCausalLM"}, parse_zamba},
   };
   return table;
 }
