@@ -478,6 +478,10 @@ TEST(Config, LlambaKeysWeightNamesAndErrors) {
   EXPECT_EQ(c.blocks[27].names.ffn, "backbone.layers.27.mlp.");
 
   json j = base;
+  j.erase("model_type");  // Fast-LLM's export names the architecture
+  j["architectures"] = {"LlambaForCausalLM"};
+  EXPECT_EQ(parse_config(j, "config.json").family, "llamba");
+  j = base;
   j["vocab_size"] = 1001;  // padded up to a multiple of pad_vocab_size_multiple
   EXPECT_EQ(parse_config(j, "config.json").vocab_size, 1008);
   j = base;
