@@ -27,6 +27,12 @@ constexpr double kQ8Model = 0.1;
 // over seeds 15-19), a property of the weights, not of the kernels (q8_0 prefill + decode still
 // agrees with its own full forward to 3e-7).
 constexpr double kQ8ModelDiscreteMamba2 = 0.25;
+// The same for the lfm2_moe fixture: four of its five layers route each token to 2 of 4 experts by
+// sigmoid scores, and the weights' rounding flips a near-tied choice for some tokens, which swaps
+// a whole expert's output (0.26 on the test's prompt; 0.09-0.55 over eight other prompts). A flip
+// is a discontinuity of hard top-k routing, not a kernel error: the q8_0 kernels are checked at
+// kernel level and on the other fixtures, and q8_0 prefill + decode still equals its own full forward.
+constexpr double kQ8ModelRoutedMoe = 0.5;
 constexpr double kQ8DecodeVsPrefill = 1e-2;
 constexpr double kNorm = 1e-5;
 constexpr double kConv = 1e-5;

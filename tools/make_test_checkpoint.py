@@ -209,6 +209,22 @@ def lfm2_config(hidden, layers, vocab, heads, kv_heads, d_ff, attn_idx, tie=True
     }
 
 
+def lfm2_moe_config(hidden, vocab, types, heads, kv_heads, d_ff, moe_ff, experts, top_k, dense=2, tie=True,
+                    eos=7):
+    """An Lfm2MoeConfig; types is a string of c (conv) / a (full_attention)."""
+    return {
+        "architectures": ["Lfm2MoeForCausalLM"], "model_type": "lfm2_moe",
+        "hidden_size": hidden, "num_hidden_layers": len(types), "vocab_size": vocab,
+        "layer_types": ["full_attention" if ch == "a" else "conv" for ch in types],
+        "num_attention_heads": heads, "num_key_value_heads": kv_heads, "intermediate_size": d_ff,
+        "moe_intermediate_size": moe_ff, "num_experts": experts, "num_experts_per_tok": top_k,
+        "num_dense_layers": dense, "use_expert_bias": True, "norm_topk_prob": True, "routed_scaling_factor": 1.0,
+        "norm_eps": 1e-5, "tie_word_embeddings": tie, "rope_theta": 1000000.0, "conv_bias": False,
+        "conv_L_cache": 3, "max_position_embeddings": 128000, "bos_token_id": 1, "eos_token_id": eos,
+        "pad_token_id": 0, "torch_dtype": "float32",
+    }
+
+
 def nemotron_h_config(hidden, vocab, pattern, heads, kv_heads, head_dim, d_ff, mamba_heads, mamba_head_dim,
                       d_state, groups, experts=4, top_k=2, moe_ff=48, shared_ff=40, n_group=1, topk_group=1):
     """A NemotronHConfig in the hub form (hybrid_override_pattern)."""
@@ -289,6 +305,23 @@ def zamba2_config(hidden, vocab, pattern, heads, kv_heads, d_ff, mamba_heads, d_
     }
 
 
+def zamba_config(hidden, vocab, layers, heads, kv_heads, d_ff, mamba_heads, d_state, period=6, offset=4,
+                 tie=True):
+    """A ZambaConfig (layers_block_type from attn_layer_period / attn_layer_offset, as transformers
+    derives it; the adapter derives it too when the key is absent)."""
+    return {
+        "architectures": ["ZambaForCausalLM"], "model_type": "zamba",
+        "hidden_size": hidden, "num_hidden_layers": layers, "vocab_size": vocab,
+        "num_attention_heads": heads, "num_key_value_heads": kv_heads, "intermediate_size": d_ff,
+        "hidden_act": "gelu", "hidden_mamba_act": "silu", "rms_norm_eps": 1e-5, "tie_word_embeddings": tie,
+        "n_mamba_heads": mamba_heads, "mamba_d_state": d_state, "mamba_d_conv": 4, "mamba_expand": 2,
+        "mamba_dt_rank": "auto", "mamba_conv_bias": True, "mamba_proj_bias": False,
+        "attn_layer_period": period, "attn_layer_offset": offset, "time_step_min": 0.001, "time_step_max": 0.1,
+        "time_step_floor": 1e-4, "max_position_embeddings": 4096, "use_mamba_kernels": False,
+        "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0, "torch_dtype": "float32",
+    }
+
+
 def llamba_config(d_model, layers, vocab, d_state, n_v_heads, n_qk_heads, d_ff, expand=1, chunk=128, tie=False,
                   pad_multiple=8, norm_eps=1e-5):
     """cartesia-pytorch LlambaConfig (discrete Mamba-2 blocks; research/ssm-math-serving-training.md A.4)."""
@@ -340,12 +373,20 @@ PRESETS = {
     "bamba-tiny": lambda: bamba_config(64, 4, 512, 4, 2, 96, [1, 3], 8, 16, chunk=16),
     # LFM2 at test size: short-conv layers with attention at 2 and 4 (MLP 2/3 x 200 -> 144).
     "lfm2-tiny": lambda: lfm2_config(64, 5, 512, 4, 2, 200, [2, 4]),
+    # LFM2-MoE at test size: one dense layer, then sigmoid-routed experts (top-2 of 4, expert bias).
+    "lfm2-moe-tiny": lambda: lfm2_moe_config(64, 512, "ccaca", 4, 2, 96, 32, 4, 2, dense=1),
+    # LiquidAI/LFM2-8B-A1B (8.3B total, 1.5B active): for `plan`, not for tests.
+    "lfm2-moe-8b": lambda: lfm2_moe_config(2048, 65536, "ccacccacccacccacccaccacc", 32, 8, 7168, 1792, 32, 4),
     # Nemotron-H at test size: every layer kind, grouped Mamba-2 norm, 4 experts in 2 groups.
     # Granite 4.0-H at test size: µP multipliers, MoE top-2 of 4 + shared MLP, NoPE attention.
     # Falcon-H1 at test size: parallel Mamba-2 || attention in every layer, µP multipliers.
     "falcon-h1-tiny": lambda: falcon_h1_config(64, 3, 512, 4, 2, 96, 96, 6, 16),
     # Zamba2 at test size: two shared blocks alternating over three hybrid layers, LoRA adapters.
     "zamba2-tiny": lambda: zamba2_config(32, 512, "mhmhmhm", 4, 4, 80, 4, 16, n_blocks=2),
+    # Zamba (v1) at test size: layers m m h m h m (two hybrid layers sharing the block), 2 Mamba heads.
+    "zamba-tiny": lambda: zamba_config(32, 512, 6, 4, 4, 80, 2, 8, period=3, offset=1),
+    # Zyphra/Zamba-7B-v1 (ZambaConfig defaults): for `plan`, not for tests.
+    "zamba-7b": lambda: zamba_config(3712, 32000, 76, 16, 16, 14848, 2, 16),
     "granite-h-tiny": lambda: granite_config(64, 4, 512, 4, 2, [2], 4, 2, 32, 48, 8, 16),
     # Llamba at test size: 4 value heads over 2 B/C groups, a vocabulary padded 500 -> 504, a
     # final-norm eps apart from the blocks' fixed 1e-5.
@@ -689,7 +730,8 @@ def lfm2_attention_layers(cfg):
 
 
 def lfm2_specs(cfg):
-    """Lfm2ForCausalLM (research/hf-hybrid.md C.9)."""
+    """Lfm2ForCausalLM (research/hf-hybrid.md C.9) and Lfm2MoeForCausalLM (its first num_dense_layers
+    layers with an MLP of intermediate_size, the others sigmoid-routed experts)."""
     H = int(cfg["hidden_size"])
     tie = bool(cfg.get("tie_word_embeddings", True))
     specs, tail = head_specs(cfg, tie, "model.embed_tokens.weight", "model.embed_tokens.weight",
@@ -698,7 +740,9 @@ def lfm2_specs(cfg):
     kv_heads = int(cfg.get("num_key_value_heads", heads))
     hd = int(cfg.get("head_dim") or H // heads)
     L_cache, bias = int(cfg.get("conv_L_cache", 3)), bool(cfg.get("conv_bias", False))
-    F = lfm2_ff_dim(cfg)
+    moe = cfg.get("model_type") == "lfm2_moe"
+    F = int(cfg.get("intermediate_size", 7168)) if moe else lfm2_ff_dim(cfg)
+    E, Fe = int(cfg.get("num_experts", 32)), int(cfg.get("moe_intermediate_size", 1792))
     for i, is_attn in enumerate(lfm2_attention_layers(cfg)):
         p = "model.layers.%d." % i
         specs.append((p + "operator_norm.weight", (H,), NORM_INIT))
@@ -715,7 +759,15 @@ def lfm2_specs(cfg):
                 specs += [(c + "in_proj.bias", (3 * H,), BIAS_INIT), (c + "conv.bias", (H,), BIAS_INIT),
                           (c + "out_proj.bias", (H,), BIAS_INIT)]
         specs.append((p + "ffn_norm.weight", (H,), NORM_INIT))
-        specs += mlp_specs(p + "feed_forward.", H, F, names=("w1", "w3", "w2"))
+        f = p + "feed_forward."
+        if moe and i >= int(cfg.get("num_dense_layers", 2)):
+            specs.append((f + "gate.weight", (E, H), normal(0.5)))
+            if cfg.get("use_expert_bias", True):
+                specs.append((f + "expert_bias", (E,), normal(0.1)))
+            for e in range(E):
+                specs += mlp_specs(f + "experts.%d." % e, H, Fe, names=("w1", "w3", "w2"))
+        else:
+            specs += mlp_specs(f, H, F, names=("w1", "w3", "w2"))
     return specs + tail
 
 
@@ -874,6 +926,72 @@ def zamba2_specs(cfg):
     return specs + tail
 
 
+def zamba_block_types(cfg):
+    if cfg.get("layers_block_type"):
+        return list(cfg["layers_block_type"])
+    period, offset = int(cfg.get("attn_layer_period", 6)), int(cfg.get("attn_layer_offset", 4))
+    return ["mamba", "mamba", "hybrid"] + ["hybrid" if i % period == offset else "mamba"
+                                          for i in range(int(cfg.get("num_hidden_layers", 76)) - 3)]
+
+
+def zamba_mamba_specs(m, H, I, nh, N, R, K, use_bias, use_conv_bias):
+    """ZambaMambaMixer: in_proj rows alternate x and z; per-head x_proj / dt_proj as 3-D tensors."""
+    P = I // nh
+    specs = [(m + "in_proj.weight", (2 * I, H), normal(H ** -0.5))]
+    if use_bias:
+        specs.append((m + "in_proj.bias", (2 * I,), BIAS_INIT))
+    specs.append((m + "conv1d.weight", (I, 1, K), normal(K ** -0.5)))
+    if use_conv_bias:
+        specs.append((m + "conv1d.bias", (I,), BIAS_INIT))
+    specs += [(m + "x_proj_weight", (nh, R + 2 * N, P), normal(P ** -0.5)),
+              (m + "dt_proj_weight", (nh, P, R), normal(0.5 * R ** -0.5)),
+              (m + "dt_proj_bias", (nh, P), dt_bias_init),
+              (m + "A_log", (nh, P, N), a_log_init),
+              (m + "D", (nh, P), NORM_INIT),
+              (m + "out_proj.weight", (H, I), normal(I ** -0.5))]
+    if use_bias:
+        specs.append((m + "out_proj.bias", (H,), BIAS_INIT))
+    return specs
+
+
+def zamba_specs(cfg):
+    """ZambaForCausalLM (modeling_zamba.py): the one shared block stored once, under the first hybrid
+    layer (tied copies are dropped on save)."""
+    H = int(cfg["hidden_size"])
+    tie = bool(cfg.get("tie_word_embeddings", True))
+    specs, tail = head_specs(cfg, tie, "model.embed_tokens.weight", "model.embed_tokens.weight",
+                             "model.final_layernorm.weight")
+    I, nh = int(cfg.get("mamba_expand", 2) * H), int(cfg.get("n_mamba_heads", 2))
+    N, K = int(cfg.get("mamba_d_state", 16)), int(cfg.get("mamba_d_conv", 4))
+    R = cfg.get("mamba_dt_rank", "auto")
+    R = math.ceil(H / 16) if R == "auto" else int(R)
+    heads = int(cfg.get("num_attention_heads", 16))
+    kv_heads = int(cfg.get("num_key_value_heads") or heads)
+    hd = int(cfg.get("attention_head_dim") or 2 * H // heads)
+    F = int(cfg.get("intermediate_size", 14848))
+    bias, conv_bias = bool(cfg.get("mamba_proj_bias", False)), bool(cfg.get("mamba_conv_bias", True))
+    types = zamba_block_types(cfg)
+    for i, t in enumerate(types):
+        p = "model.layers.%d." % i
+        if t == "hybrid":
+            if i == types.index("hybrid"):
+                s = p + "shared_transf."
+                specs += [(s + "input_layernorm.weight", (2 * H,), NORM_INIT),
+                          (s + "pre_ff_layernorm.weight", (H,), NORM_INIT),
+                          (s + "self_attn.q_proj.weight", (heads * hd, 2 * H), normal((2 * H) ** -0.5)),
+                          (s + "self_attn.k_proj.weight", (kv_heads * hd, 2 * H), normal((2 * H) ** -0.5)),
+                          (s + "self_attn.v_proj.weight", (kv_heads * hd, 2 * H), normal((2 * H) ** -0.5)),
+                          (s + "self_attn.o_proj.weight", (H, heads * hd), normal((heads * hd) ** -0.5))]
+                specs += mlp_specs(s + "feed_forward.", H, F)
+            specs.append((p + "mamba_decoder.input_layernorm.weight", (H,), NORM_INIT))
+            specs += zamba_mamba_specs(p + "mamba_decoder.mamba.", H, I, nh, N, R, K, bias, conv_bias)
+            specs.append((p + "linear.weight", (H, H), normal(H ** -0.5)))
+        else:
+            specs.append((p + "input_layernorm.weight", (H,), NORM_INIT))
+            specs += zamba_mamba_specs(p + "mamba.", H, I, nh, N, R, K, bias, conv_bias)
+    return specs + tail
+
+
 def llamba_specs(cfg):
     """cartesia-pytorch LlambaLMHeadModel: backbone.embedding, backbone.layers.N.{input_layernorm,
     mixer.*, post_attention_layernorm, mlp.*}, backbone.final_layernorm, lm_head (untied)."""
@@ -901,6 +1019,8 @@ def llamba_specs(cfg):
 
 
 HYBRID_SPECS = {"llamba": llamba_specs, "zamba2": zamba2_specs, "falcon_h1": falcon_h1_specs, "granitemoehybrid": granitemoehybrid_specs, "hybridlm": hybridlm_specs, "jamba": jamba_specs, "bamba": bamba_specs, "lfm2": lfm2_specs,
+                "lfm2_moe": lfm2_specs,
+                "zamba": zamba_specs,
                 "nemotron_h": nemotron_h_specs}
 
 

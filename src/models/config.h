@@ -35,6 +35,13 @@ struct Mamba1Spec {
   bool dt_bc_rms = false;
   bool dt_bc_rms_weights = false;
   float dt_bc_rms_eps = 1e-6f;
+  // Zamba's multi-head Mamba-1: the d_inner channels split into n_heads heads of d_inner / n_heads,
+  // each an independent Mamba-1 with its own x_proj and dt_proj (so its own dt, B and C), stored as
+  // per-head tensors x_proj_weight (nh, R + 2N, P), dt_proj_weight (nh, P, R), dt_proj_bias (nh, P);
+  // and in_proj rows alternating x, z (row 2c is x_c, row 2c + 1 is z_c). Both off: mamba_ssm's layout.
+  int n_heads = 1;
+  bool head_tensors = false;
+  bool in_proj_interleaved = false;
 };
 
 struct Mamba2Spec {
@@ -112,7 +119,8 @@ enum class Routing {
   SoftmaxTopK,    // p = softmax(logits); the top_k of p (Jamba; renormalize optional)
   TopKSoftmax,    // the top_k logits, softmax over those k (Granite)
   SigmoidGrouped  // s = sigmoid(logits); choose by s + correction bias within the best groups;
-                  // weights s (renormalised if asked) x routed_scale (Nemotron-H, DeepSeek-V3)
+                  // weights s (renormalised if asked) x routed_scale (Nemotron-H, DeepSeek-V3;
+                  // LFM2-MoE: one group, the bias its expert_bias)
 };
 
 // The feed-forward of a block: an MLP, or a mixture of MLP experts (+ an always-on shared MLP).
@@ -125,6 +133,9 @@ struct FfnSpec {
   int n_experts = 0, top_k = 0;
   Routing routing = Routing::SoftmaxTopK;
   bool renormalize = false;  // weights of the top_k renormalised to sum to 1
+  // SigmoidGrouped: renormalised weights are s / (sum of the chosen s + renorm_eps) (DeepSeek-V3 and
+  // Nemotron-H 1e-20; LFM2-MoE 1e-6).
+  float renorm_eps = 1e-20f;
   float routed_scale = 1.0f;
   int n_group = 1, topk_group = 1;  // SigmoidGrouped: experts in n_group groups, keep topk_group
   std::string router = "router.weight", experts = "experts.";
@@ -147,20 +158,23 @@ struct BlockNames {
   std::string mixer2;
 };
 
-// Zamba2's shared transformer blocks: attention over concat(h, embeddings) (2H wide) and an MLP,
-// with per-invocation LoRA adapters, and no residual inside. n_blocks distinct blocks; the j-th
-// hybrid layer uses block j % n_blocks with adapter j.
+// Zamba's and Zamba2's shared transformer blocks: attention over concat(h, embeddings) (2H wide)
+// and an MLP, with per-invocation LoRA adapters (Zamba2), and no residual inside. n_blocks distinct
+// blocks; the j-th hybrid layer uses block j % n_blocks with adapter j.
 struct SharedTransformerSpec {
   int n_blocks = 0;
+  // The block's tensors: "<hybrid layer prefix><name>..." under one of the layers using it
+  // (Zamba2 "shared_transformer.", Zamba "shared_transf.").
+  std::string name = "shared_transformer.";
   AttentionSpec attn;  // inputs 2H, o_proj (H, heads x head_dim)
-  MlpSpec mlp;         // fused gate_up_proj on H
+  MlpSpec mlp;         // gated, on H: fused gate_up_proj (Zamba2) or gate_proj / up_proj (Zamba)
   int adapter_rank = 0;
   bool attn_adapters = false, mlp_adapters = false;
   float norm_eps = 1e-5f;
 };
 
 // One layer: h += mixer(norm(h)); then, with a feed-forward, h += ffn(norm(h)).
-// With shared_block >= 0 (Zamba2 hybrid layers), first t = linear(shared_block(h, emb)) and the
+// With shared_block >= 0 (Zamba / Zamba2 hybrid layers), first t = linear(shared_block(h, emb)) and the
 // mixer reads norm(h + t): h += mixer(norm(h + t)).
 struct BlockSpec {
   MixerKind mixer = MixerKind::Mamba1;
@@ -190,7 +204,7 @@ struct HybridConfig {
   float embedding_multiplier = 1.0f, residual_multiplier = 1.0f, logits_multiplier = 1.0f;
   std::optional<int32_t> bos_token_id, eos_token_id, pad_token_id;
   std::vector<BlockSpec> blocks;
-  SharedTransformerSpec shared;  // Zamba2
+  SharedTransformerSpec shared;  // Zamba, Zamba2
   // Global tensor names (the family's layout).
   std::string embedding_name, final_norm_name, lm_head_name = "lm_head.weight";
   std::string embedding_alias;  // read when the checkpoint has no embedding_name (may be empty)

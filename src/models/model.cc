@@ -42,18 +42,18 @@ void Model::load_weights(const TensorSource& r) {
   const int64_t H = c.d_model, V = c.vocab_size;
   const bool alias = !c.embedding_alias.empty() && !r.has(c.embedding_name) && r.has(c.embedding_alias);
   embedding_ = r.matrix(alias ? c.embedding_alias : c.embedding_name, {V, H});
-  // Zamba2: each shared block is stored once, under the first of its hybrid layers whose
-  // checkpoint entry holds it.
+  // Zamba / Zamba2: each shared block is stored once, under the first of its hybrid layers whose
+  // checkpoint entry holds it (tied copies are dropped on save; which one survives varies).
   for (int sb = 0; sb < c.shared.n_blocks; ++sb) {
     std::string prefix;
     for (const BlockSpec& b : c.blocks)
-      if (b.shared_block == sb && r.has(b.names.mixer2 + "shared_transformer.input_layernorm.weight")) {
-        prefix = b.names.mixer2 + "shared_transformer.";
+      if (b.shared_block == sb && r.has(b.names.mixer2 + c.shared.name + "input_layernorm.weight")) {
+        prefix = b.names.mixer2 + c.shared.name;
         break;
       }
     if (prefix.empty())
-      throw Error("no tensors for shared transformer block " + std::to_string(sb) +
-                  " (looked for <layer>.shared_transformer.input_layernorm.weight at each hybrid layer using it)");
+      throw Error("no tensors for shared transformer block " + std::to_string(sb) + " (looked for <layer>." +
+                  c.shared.name + "input_layernorm.weight at each hybrid layer using it)");
     shared_.push_back(load_shared_block(r, prefix, c.shared, c.d_model));
   }
   for (int i = 0; i < c.n_layers(); ++i) {

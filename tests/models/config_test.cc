@@ -1,6 +1,8 @@
 // config.json adapters: Hugging Face defaults, dispatch, and one clear error per bad config.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "base/error.h"
 #include "models/config.h"
 
@@ -210,6 +212,133 @@ TEST(Config, Lfm2WidthsNamesAndLayerTypes) {
       << error_of(j);
 }
 
+TEST(Config, Lfm2MoeDenseLayersAndSigmoidRouting) {
+  // LFM2-8B-A1B's shape (research: Lfm2MoeConfig defaults), cut to 4 layers.
+  const json base = {{"model_type", "lfm2_moe"}, {"architectures", {"Lfm2MoeForCausalLM"}}, {"num_hidden_layers", 4},
+                     {"layer_types", {"conv", "conv", "full_attention", "conv"}}};
+  HybridConfig c = parse_config(base, "config.json");
+  EXPECT_EQ(c.family, "lfm2_moe");
+  EXPECT_EQ(c.d_model, 2048);
+  EXPECT_EQ(c.vocab_size, 65536);
+  EXPECT_EQ(c.layer_pattern(), "short_conv+mlp x2, attention+moe x1, short_conv+moe x1");
+  // Dense layers: intermediate_size as is (no LFM2 width adjustment).
+  EXPECT_EQ(c.blocks[1].ffn.kind, FfnKind::Mlp);
+  EXPECT_EQ(c.blocks[1].ffn.mlp.d_ff, 7168);
+  EXPECT_EQ(c.blocks[1].ffn.mlp.gate, "w1");
+  const FfnSpec& m = c.blocks[2].ffn;
+  EXPECT_EQ(m.kind, FfnKind::Moe);
+  EXPECT_EQ(m.mlp.d_ff, 1792);
+  EXPECT_EQ(m.mlp.up, "w3");
+  EXPECT_EQ(m.n_experts, 32);
+  EXPECT_EQ(m.top_k, 4);
+  EXPECT_EQ(m.routing, Routing::SigmoidGrouped);
+  EXPECT_EQ(m.n_group, 1);
+  EXPECT_TRUE(m.renormalize);
+  EXPECT_FLOAT_EQ(m.renorm_eps, 1e-6f);
+  EXPECT_FLOAT_EQ(m.routed_scale, 1.0f);
+  EXPECT_EQ(m.router, "gate.weight");
+  EXPECT_EQ(m.correction_bias, "expert_bias");
+  EXPECT_EQ(c.blocks[2].names.ffn, "model.layers.2.feed_forward.");
+  EXPECT_EQ(c.blocks[2].attn.o_name, "out_proj");
+  EXPECT_FLOAT_EQ(c.blocks[2].attn.rope_theta, 1e6f);
+  EXPECT_TRUE(c.tie_embeddings);
+  json j = base;
+  j["use_expert_bias"] = false;
+  j["num_dense_layers"] = 0;
+  j["norm_topk_prob"] = false;
+  c = parse_config(j, "config.json");
+  EXPECT_EQ(c.blocks[0].ffn.kind, FfnKind::Moe);
+  EXPECT_TRUE(c.blocks[0].ffn.correction_bias.empty());
+  EXPECT_FALSE(c.blocks[0].ffn.renormalize);
+  j = base;
+  j.erase("layer_types");
+  EXPECT_NE(error_of(j).find("layer_types = (missing): required"), std::string::npos) << error_of(j);
+  j = base;
+  j["num_experts_per_tok"] = 40;
+  EXPECT_NE(error_of(j).find("num_experts_per_tok = 40: must be at most num_experts"), std::string::npos);
+  j = base;
+  j["num_dense_layers"] = -1;
+  EXPECT_NE(error_of(j).find("num_dense_layers = -1: must be >= 0"), std::string::npos) << error_of(j);
+  j = base;
+  j["routed_scaling_factor"] = 0;
+  EXPECT_NE(error_of(j).find("routed_scaling_factor = 0: must be a positive number"), std::string::npos);
+  j = base;
+  j["moe_intermediate_size"] = 0;
+  EXPECT_NE(error_of(j).find("moe_intermediate_size = 0"), std::string::npos);
+}
+
+TEST(Config, ZambaDefaultsHeadsAndSharedBlock) {
+  // ZambaConfig defaults (Zamba-7B-v1): 76 layers, hybrid at 2 and 3 + i where i % 6 == 4.
+  const json base = {{"model_type", "zamba"}, {"architectures", {"ZambaForCausalLM"}}};
+  HybridConfig c = parse_config(base, "config.json");
+  EXPECT_EQ(c.family, "zamba");
+  ASSERT_EQ(c.n_layers(), 76);
+  EXPECT_EQ(c.d_model, 3712);
+  EXPECT_EQ(c.blocks[1].shared_block, -1);
+  EXPECT_EQ(c.blocks[2].shared_block, 0);
+  EXPECT_EQ(c.blocks[7].shared_block, 0);  // i = 4
+  EXPECT_EQ(c.blocks[13].shared_block, 0);  // i = 10
+  EXPECT_EQ(c.blocks[8].shared_block, -1);
+  EXPECT_EQ(c.blocks[13].adapter, 2);
+  const Mamba1Spec& m = c.blocks[0].m1;
+  EXPECT_EQ(m.d_inner, 7424);
+  EXPECT_EQ(m.n_heads, 2);
+  EXPECT_TRUE(m.head_tensors);
+  EXPECT_TRUE(m.in_proj_interleaved);
+  EXPECT_EQ(m.d_state, 16);
+  EXPECT_EQ(m.dt_rank, 232);  // ceil(3712 / 16)
+  EXPECT_TRUE(m.conv_bias);
+  EXPECT_FALSE(m.proj_bias);
+  EXPECT_EQ(c.blocks[2].names.mixer, "model.layers.2.mamba_decoder.mamba.");
+  EXPECT_EQ(c.blocks[2].names.mixer2, "model.layers.2.");
+  EXPECT_EQ(c.blocks[0].names.mixer_norm, "model.layers.0.input_layernorm.weight");
+  const SharedTransformerSpec& st = c.shared;
+  EXPECT_EQ(st.n_blocks, 1);
+  EXPECT_EQ(st.name, "shared_transf.");
+  EXPECT_EQ(st.attn.n_heads, 16);
+  EXPECT_EQ(st.attn.n_kv_heads, 16);  // null: the head count
+  EXPECT_EQ(st.attn.head_dim, 464);   // 2H / heads
+  EXPECT_EQ(st.attn.rope_dim, 0);
+  EXPECT_FLOAT_EQ(st.attn.softmax_scale(), 1.0f / std::sqrt(232.0f));
+  EXPECT_FALSE(st.mlp.fused);
+  EXPECT_EQ(st.mlp.d_ff, 14848);
+  EXPECT_EQ(st.mlp.act, Activation::Gelu);
+  EXPECT_EQ(st.adapter_rank, 0);
+  EXPECT_TRUE(c.tie_embeddings);
+  EXPECT_EQ(c.final_norm_name, "model.final_layernorm.weight");
+  json j = base;
+  j["layers_block_type"] = {"mamba", "hybrid", "mamba"};
+  j["num_hidden_layers"] = 3;
+  j["mamba_dt_rank"] = 7;
+  j["attention_head_dim"] = 64;
+  c = parse_config(j, "config.json");
+  EXPECT_EQ(c.blocks[1].shared_block, 0);
+  EXPECT_EQ(c.blocks[0].m1.dt_rank, 7);
+  EXPECT_EQ(c.shared.attn.head_dim, 64);
+  j = base;
+  j["n_mamba_heads"] = 3;
+  EXPECT_NE(error_of(j).find("n_mamba_heads = 3: must divide mamba_expand x hidden_size = 7424"), std::string::npos)
+      << error_of(j);
+  j = base;
+  j["hidden_mamba_act"] = "gelu";
+  EXPECT_NE(error_of(j).find("hidden_mamba_act = \"gelu\": only silu is supported"), std::string::npos) << error_of(j);
+  j = base;
+  j["attention_hidden_size"] = 100;
+  EXPECT_NE(error_of(j).find("attention_hidden_size = 100: must be 2 x hidden_size = 7424"), std::string::npos);
+  j = base;
+  j["num_hidden_layers"] = 2;
+  EXPECT_NE(error_of(j).find("num_hidden_layers = 2: must be at least 3"), std::string::npos) << error_of(j);
+  j = base;
+  j["layers_block_type"] = {"mamba", "attention"};
+  EXPECT_NE(error_of(j).find("entry 1: unknown layer type (use mamba or hybrid)"), std::string::npos) << error_of(j);
+  j = base;
+  j["mamba_dt_rank"] = "big";
+  EXPECT_NE(error_of(j).find("mamba_dt_rank = \"big\": expected an integer or \"auto\""), std::string::npos);
+  j = base;
+  j["num_key_value_heads"] = 3;
+  EXPECT_NE(error_of(j).find("num_key_value_heads = 3: must divide num_attention_heads"), std::string::npos);
+}
+
 TEST(Config, NemotronHPatternAndMoe) {
   const json base = {{"model_type", "nemotron_h"}, {"hidden_size", 64}, {"vocab_size", 100},
                      {"hybrid_override_pattern", "M*-E"}, {"num_attention_heads", 4}, {"num_key_value_heads", 2},
@@ -349,6 +478,10 @@ TEST(Config, LlambaKeysWeightNamesAndErrors) {
   EXPECT_EQ(c.blocks[27].names.ffn, "backbone.layers.27.mlp.");
 
   json j = base;
+  j.erase("model_type");  // Fast-LLM's export names the architecture
+  j["architectures"] = {"LlambaForCausalLM"};
+  EXPECT_EQ(parse_config(j, "config.json").family, "llamba");
+  j = base;
   j["vocab_size"] = 1001;  // padded up to a multiple of pad_vocab_size_multiple
   EXPECT_EQ(parse_config(j, "config.json").vocab_size, 1008);
   j = base;

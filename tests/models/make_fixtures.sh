@@ -30,4 +30,8 @@ mkdir -p "$out"
 "$py" "$tool" --preset llamba-tiny --out "$out/llamba" --seed 15 >/dev/null
 "$py" "$tool" --preset hybridlm-tiny --out "$out/hybridlm_m2d" --seed 16 --set 'block_pattern=["m2d", "t", "m2d"]' \
   --set 'ssm={"d_state": 16, "head_dim": 16, "n_groups": 2, "chunk_size": 8}' >/dev/null
+# LFM2-MoE: a dense first layer, then sigmoid-routed experts with the expert bias.
+"$py" "$tool" --preset lfm2-moe-tiny --out "$out/lfm2_moe" --seed 17 >/dev/null
+# Zamba (v1): multi-head Mamba-1 and the shared attention block (two hybrid layers, own KV each).
+"$py" "$tool" --preset zamba-tiny --out "$out/zamba" --seed 18 >/dev/null
 echo "fixtures written to $out"

@@ -323,17 +323,39 @@ def short_conv(w, p, u, H, L, bias):
     return linear(C * y, w(p + "out_proj.weight", (H, H)), w.opt(p + "out_proj.bias", (H,), bias))
 
 
+def lfm2_moe_experts(w, p, u, H, c):
+    """Lfm2MoeSparseMoeBlock (modeling_lfm2_moe.py): s = sigmoid(gate(u)); the top-k experts by
+    s + expert_bias (the bias only chooses); weights the chosen s, divided by (their sum + 1e-6) when
+    norm_topk_prob, times routed_scaling_factor; each expert a SwiGLU w2(silu(w1 u) * w3 u)."""
+    E, k = int(c.get("num_experts", 32)), int(c.get("num_experts_per_tok", 4))
+    F = int(c.get("moe_intermediate_size", 1792))
+    logits = linear(u, w(p + "gate.weight", (E, H)))
+    bias = w(p + "expert_bias", (E,)) if c.get("use_expert_bias", True) else np.zeros(E)
+    out = np.zeros_like(u)
+    for t in range(u.shape[0]):
+        s = 1.0 / (1.0 + np.exp(-logits[t]))
+        top = np.argsort(-(s + bias), kind="stable")[:k]
+        wts = s[top]
+        if c.get("norm_topk_prob", True):
+            wts = wts / (wts.sum() + 1e-6)
+        for e, wt in zip(top, wts * float(c.get("routed_scaling_factor", 1.0))):
+            out[t] += wt * mlp(w, p + "experts.%d." % e, u[t:t + 1], H, F, "silu", names=("w1", "w3", "w2"))[0]
+    return out
+
+
 def lfm2_forward(c, w, ids, norm_groups):
-    """Lfm2ForCausalLM (hf-hybrid.md C.9)."""
+    """Lfm2ForCausalLM (hf-hybrid.md C.9) and Lfm2MoeForCausalLM (the first num_dense_layers layers
+    with an MLP of intermediate_size, the others lfm2_moe_experts)."""
     H, V, L = int(c["hidden_size"]), int(c["vocab_size"]), int(c["num_hidden_layers"])
     eps = float(c.get("norm_eps", 1e-5))
     heads = int(c.get("num_attention_heads", 32))
     kv = int(c.get("num_key_value_heads", heads))
     hd = int(c.get("head_dim") or H // heads)
     theta = float(c.get("theta", (c.get("rope_parameters") or {}).get("rope_theta", c.get("rope_theta", 1e6))))
-    # Lfm2MLP's width, re-derived here from the config keys.
-    F = int(c.get("intermediate_size", c.get("block_ff_dim", 12288)))
-    if c.get("block_auto_adjust_ff_dim", True):
+    moe = c["model_type"] == "lfm2_moe"
+    # Lfm2MLP's width, re-derived here from the config keys; Lfm2MoeMLP takes intermediate_size as is.
+    F = int(c.get("intermediate_size", 7168 if moe else c.get("block_ff_dim", 12288)))
+    if c.get("block_auto_adjust_ff_dim", True) and not moe:
         F = int(2 * F / 3)
         if c.get("block_ffn_dim_multiplier", 1.0) is not None:
             mult = int(c.get("block_multiple_of", 256))
@@ -355,7 +377,10 @@ def lfm2_forward(c, w, ids, norm_groups):
         else:
             h = h + short_conv(w, p + "conv.", u, H, int(c.get("conv_L_cache", 3)), bool(c.get("conv_bias", False)))
         u = rmsnorm(h, w(p + "ffn_norm.weight", (H,)), eps)
-        h = h + mlp(w, p + "feed_forward.", u, H, F, "silu", names=("w1", "w3", "w2"))
+        if moe and i >= int(c.get("num_dense_layers", 2)):
+            h = h + lfm2_moe_experts(w, p + "feed_forward.", u, H, c)
+        else:
+            h = h + mlp(w, p + "feed_forward.", u, H, F, "silu", names=("w1", "w3", "w2"))
     h = rmsnorm(h, w("model.embedding_norm.weight", (H,)), eps)
     return h @ (w("model.embed_tokens.weight") if c.get("tie_word_embeddings", True) else w("lm_head.weight", (V, H))).T
 
@@ -594,6 +619,73 @@ def zamba2_forward(c, w, ids, norm_groups):
     return h @ (w("model.embed_tokens.weight") if c.get("tie_word_embeddings", True) else w("lm_head.weight", (V, H))).T
 
 
+def zamba_mamba(w, p, u, c, H):
+    """ZambaMambaMixer (modeling_zamba.py, slow path): in_proj rows alternate x and z (row 2c is x_c,
+    row 2c + 1 is z_c); causal conv + silu over all I channels; then each of n_mamba_heads heads of
+    P = I / nh channels is an independent Mamba-1 with its own x_proj (R + 2N, P), dt_proj (P, R) +
+    bias, A_log (P, N) and D (P); no dt clamp; y_n * silu(z_n); out_proj of the heads side by side."""
+    I, nh = int(c.get("mamba_expand", 2) * H), int(c.get("n_mamba_heads", 2))
+    N, K = int(c.get("mamba_d_state", 16)), int(c.get("mamba_d_conv", 4))
+    R = c.get("mamba_dt_rank", "auto")
+    R = math.ceil(H / 16) if R == "auto" else int(R)
+    P = I // nh
+    bias, conv_bias = bool(c.get("mamba_proj_bias", False)), bool(c.get("mamba_conv_bias", True))
+    xz = linear(u, w(p + "in_proj.weight", (2 * I, H)), w.opt(p + "in_proj.bias", (2 * I,), bias))
+    x, z = xz[:, 0::2], xz[:, 1::2]
+    x = silu(causal_conv1d(x, w(p + "conv1d.weight", (I, 1, K)), w.opt(p + "conv1d.bias", (I,), conv_bias)))
+    xw, dw = w(p + "x_proj_weight", (nh, R + 2 * N, P)), w(p + "dt_proj_weight", (nh, P, R))
+    db, A_log, D = w(p + "dt_proj_bias", (nh, P)), w(p + "A_log", (nh, P, N)), w(p + "D", (nh, P))
+    ys = []
+    for n in range(nh):
+        xn = x[:, n * P:(n + 1) * P]
+        dbc = xn @ xw[n].T
+        dt, B, C = dbc[:, :R], dbc[:, R:R + N], dbc[:, R + N:]
+        delta = softplus(dt @ dw[n].T + db[n])
+        ys.append(mamba_ref.mamba1_scan(xn, delta, -np.exp(A_log[n]), B, C, D[n]) * silu(z[:, n * P:(n + 1) * P]))
+    return linear(np.concatenate(ys, axis=1), w(p + "out_proj.weight", (H, I)), w.opt(p + "out_proj.bias", (H,), bias))
+
+
+def zamba_forward(c, w, ids, norm_groups):
+    """ZambaForCausalLM (modeling_zamba.py). layers_block_type, or transformers' rule from
+    attn_layer_period / offset. A hybrid layer runs the one shared block on concat(h, embeddings):
+    RMSNorm over 2H, attention without positions (head_dim 2H / heads, scale (hd / 2)^-0.5), o_proj to
+    H, RMSNorm, gated MLP (hidden_act); no residual inside; t = linear(block); then
+    h += mamba(norm(h + t)). Mamba layers: h += mamba(norm(h))."""
+    H, V = int(c["hidden_size"]), int(c["vocab_size"])
+    eps = float(c.get("rms_norm_eps", 1e-5))
+    types = c.get("layers_block_type")
+    if not types:
+        period, offset = int(c.get("attn_layer_period", 6)), int(c.get("attn_layer_offset", 4))
+        types = ["mamba", "mamba", "hybrid"] + ["hybrid" if i % period == offset else "mamba"
+                                              for i in range(int(c.get("num_hidden_layers", 76)) - 3)]
+    heads = int(c.get("num_attention_heads", 16))
+    kv = int(c.get("num_key_value_heads") or heads)
+    hd = int(c.get("attention_head_dim") or 2 * H // heads)
+    F = int(c.get("intermediate_size", 14848))
+    act = c.get("hidden_act", "gelu")
+    # The shared block's weights are tied across hybrid layers; the checkpoint holds one copy.
+    homes = [i for i, t in enumerate(types) if t == "hybrid"
+             and "model.layers.%d.shared_transf.input_layernorm.weight" % i in w.t]
+    emb = w("model.embed_tokens.weight", (V, H))[ids]
+    h = emb
+    for i, t in enumerate(types):
+        p = "model.layers.%d." % i
+        if t == "hybrid":
+            s = "model.layers.%d.shared_transf." % homes[0]
+            x = rmsnorm(np.concatenate([h, emb], axis=1), w(s + "input_layernorm.weight", (2 * H,)), eps)
+            a = attention(w, s + "self_attn.", x, 2 * H, heads, kv, hd, 0, 10000.0, scale=(hd / 2) ** -0.5, out_dim=H)
+            f = rmsnorm(a, w(s + "pre_ff_layernorm.weight", (H,)), eps)
+            m = mlp(w, s + "feed_forward.", f, H, F, act)
+            tt = linear(m, w(p + "linear.weight", (H, H)))
+            u = rmsnorm(h + tt, w(p + "mamba_decoder.input_layernorm.weight", (H,)), eps)
+            h = h + zamba_mamba(w, p + "mamba_decoder.mamba.", u, c, H)
+        else:
+            u = rmsnorm(h, w(p + "input_layernorm.weight", (H,)), eps)
+            h = h + zamba_mamba(w, p + "mamba.", u, c, H)
+    h = rmsnorm(h, w("model.final_layernorm.weight", (H,)), eps)
+    return h @ (w("model.embed_tokens.weight") if c.get("tie_word_embeddings", True) else w("lm_head.weight", (V, H))).T
+
+
 def llamba_forward(c, w, ids, norm_groups):
     """Llamba (cartesia-pytorch LlambaLMHeadModel): Llama-shaped blocks around the discrete Mamba-2.
     The vocabulary is padded up to pad_vocab_size_multiple; the block norms use eps 1e-5 whatever
@@ -621,7 +713,7 @@ def llamba_forward(c, w, ids, norm_groups):
     return h @ head.T
 
 
-FAMILIES = {"zamba2": zamba2_forward, "falcon_h1": falcon_h1_forward, "granitemoehybrid": granitemoehybrid_forward, "nemotron_h": nemotron_h_forward, "hybridlm": hybridlm_forward, "jamba": jamba_forward, "bamba": bamba_forward, "lfm2": lfm2_forward, "llamba": llamba_forward}
+FAMILIES = {"zamba": zamba_forward, "zamba2": zamba2_forward, "falcon_h1": falcon_h1_forward, "granitemoehybrid": granitemoehybrid_forward, "nemotron_h": nemotron_h_forward, "hybridlm": hybridlm_forward, "jamba": jamba_forward, "bamba": bamba_forward, "lfm2": lfm2_forward, "lfm2_moe": lfm2_forward, "llamba": llamba_forward}
 
 
 class Model:

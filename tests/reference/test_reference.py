@@ -112,6 +112,14 @@ CASES = [
     ("lfm2 conv_bias, conv_L_cache 4, layer_types, untied",
      ["--preset", "lfm2-tiny", "--untie", "--set", "conv_bias=true", "--set", "conv_L_cache=4",
       "--set", 'layer_types=["conv", "full_attention", "conv", "conv", "full_attention"]'], 29),
+    # LFM2-MoE: a dense first layer, then sigmoid-routed experts chosen with the expert bias
+    # (weights unbiased, / (sum + 1e-6)); then two dense layers, top-3 of 6 without bias or
+    # renormalisation, scaled, untied.
+    ("lfm2-moe-tiny", ["--preset", "lfm2-moe-tiny"], 41),
+    ("lfm2-moe 2 dense, no expert bias, no norm, scale 2.5, untied",
+     ["--preset", "lfm2-moe-tiny", "--untie", "--set", "num_dense_layers=2", "--set", "num_experts=6",
+      "--set", "num_experts_per_tok=3", "--set", "use_expert_bias=false", "--set", "norm_topk_prob=false",
+      "--set", "routed_scaling_factor=2.5"], 33),
     # Nemotron-H: M/*/-/E layers, grouped gated norm, dt >= time_step_min, sigmoid-grouped MoE.
     ("nemotron-h-tiny", ["--preset", "nemotron-h-tiny"], 47),
     ("nemotron-h layer list, 8 experts in 4 groups keep 2, top-3, time_step_min 0.03",
@@ -138,6 +146,17 @@ CASES = [
     ("zamba2 one block, no adapters, mem RoPE, ngroups 2, untied",
      ["--preset", "zamba2-tiny", "--untie", "--set", "num_mem_blocks=1", "--set", "use_shared_attention_adapter=false",
       "--set", "use_shared_mlp_adapter=false", "--set", "use_mem_rope=true", "--set", "mamba_ngroups=2"], 34),
+    # Zamba (v1): multi-head Mamba-1 (interleaved in_proj, per-head x_proj / dt_proj), one shared
+    # block on concat(h, embeddings) without positions; then one head, GQA, silu MLP, biases, an
+    # explicit layer list; then 4 heads, attention_head_dim 8, dt_rank 3, over 150 tokens.
+    ("zamba-tiny", ["--preset", "zamba-tiny"], 39),
+    ("zamba 1 mamba head, GQA, silu MLP, proj bias, no conv bias, layer list, untied",
+     ["--preset", "zamba-tiny", "--untie", "--set", "n_mamba_heads=1", "--set", "num_key_value_heads=2",
+      "--set", 'hidden_act="silu"', "--set", "mamba_proj_bias=true", "--set", "mamba_conv_bias=false",
+      "--set", 'layers_block_type=["mamba", "hybrid", "hybrid", "mamba", "hybrid"]', "--set", "num_hidden_layers=5"], 31),
+    ("zamba 4 mamba heads, attention_head_dim 8, dt_rank 3, T 150",
+     ["--preset", "zamba-tiny", "--set", "n_mamba_heads=4", "--set", "attention_head_dim=8", "--set", "mamba_dt_rank=3"],
+     150),
     ("hybridlm gelu MLP, attention with bias, bf16 on disk",
      ["--preset", "hybridlm-tiny", "--dtype", "bf16", "--set", 'block_pattern=["m", "t"]',
       "--set", 'attention={"num_heads": 2, "num_kv_heads": 2, "bias": true}',

@@ -41,7 +41,8 @@ SamplingParams greedy() {
   return p;
 }
 
-const char* kModels[] = {"mamba1", "mamba2_g2", "hybridlm", "hybridlm_var", "jamba", "bamba", "lfm2", "nemotron_h", "granite", "falcon_h1", "zamba2"};
+const char* kModels[] = {"mamba1", "mamba2_g2", "hybridlm", "hybridlm_var", "jamba", "bamba", "lfm2", "nemotron_h", "granite", "falcon_h1", "zamba2",
+                          "lfm2_moe", "zamba"};
 
 class Generation : public ::testing::TestWithParam<const char*> {};
 

@@ -19,7 +19,10 @@ const std::vector<Family>& families() {
       {"granitemoehybrid", {"GraniteMoeHybridForCausalLM"}, parse_granitemoehybrid},
       {"falcon_h1", {"FalconH1ForCausalLM"}, parse_falcon_h1},
       {"zamba2", {"Zamba2ForCausalLM"}, parse_zamba2},
-      {"llamba", {}, parse_llamba},  // cartesia configs name no architecture
+      // cartesia's configs name no architecture; Fast-LLM's Llamba export writes LlambaForCausalLM.
+      {"llamba", {"LlambaForCausalLM"}, parse_llamba},
+      {"lfm2_moe", {"Lfm2MoeForCausalLM"}, parse_lfm2_moe},
+      {"zamba", {"ZambaForCausalLM"}, parse_zamba},
   };
   return table;
 }

@@ -83,6 +83,8 @@ HybridConfig parse_hybridlm(const JsonKeys& keys, NormGrouping mamba2_norm);
 HybridConfig parse_jamba(const JsonKeys& keys, NormGrouping mamba2_norm);
 HybridConfig parse_bamba(const JsonKeys& keys, NormGrouping mamba2_norm);
 HybridConfig parse_lfm2(const JsonKeys& keys, NormGrouping mamba2_norm);
+HybridConfig parse_lfm2_moe(const JsonKeys& keys, NormGrouping mamba2_norm);
+HybridConfig parse_zamba(const JsonKeys& keys, NormGrouping mamba2_norm);
 HybridConfig parse_nemotron_h(const JsonKeys& keys, NormGrouping mamba2_norm);
 HybridConfig parse_granitemoehybrid(const JsonKeys& keys, NormGrouping mamba2_norm);
 HybridConfig parse_falcon_h1(const JsonKeys& keys, NormGrouping mamba2_norm);

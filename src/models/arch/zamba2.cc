@@ -85,6 +85,7 @@ HybridConfig parse_zamba2(const JsonKeys& k, NormGrouping) {
   }
   st.mlp.d_ff = k.positive("intermediate_size", 4 * int64_t{H});
   st.mlp.fused = true;
+  st.mlp.up = "gate_up_proj";
   const std::string act = k.string("hidden_act", "gelu");
   if (act == "gelu") st.mlp.act = Activation::Gelu;
   else if (act == "silu") st.mlp.act = Activation::Silu;

@@ -146,7 +146,7 @@ void route_token(const FfnSpec& s, const float* logits, const float* correction,
       for (int e : top) sum += p[e];
       for (int i = 0; i < k; ++i) {
         choice[i] = top[i];
-        const double wt = s.renormalize ? p[top[i]] / (sum + 1e-20) : p[top[i]];
+        const double wt = s.renormalize ? p[top[i]] / (sum + static_cast<double>(s.renorm_eps)) : p[top[i]];
         weight[i] = static_cast<float>(wt * s.routed_scale);
       }
       return;

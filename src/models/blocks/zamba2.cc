@@ -21,8 +21,14 @@ SharedBlockWeights load_shared_block(const TensorSource& r, const std::string& p
   a.k_proj = r.matrix(p + "self_attn.k_proj.weight", {kv_dim, 2 * int64_t{H}});
   a.v_proj = r.matrix(p + "self_attn.v_proj.weight", {kv_dim, 2 * int64_t{H}});
   a.o_proj = r.matrix(p + "self_attn.o_proj.weight", {H, q_dim});
-  b.gate_up = r.matrix(p + "feed_forward.gate_up_proj.weight", {2 * F, H});
-  b.down = r.matrix(p + "feed_forward.down_proj.weight", {H, F});
+  const std::string f = p + "feed_forward.";
+  if (s.mlp.fused) {
+    b.gate_up = r.matrix(f + s.mlp.up + ".weight", {2 * F, H});
+  } else {
+    b.gate = r.matrix(f + s.mlp.gate + ".weight", {F, H});
+    b.up = r.matrix(f + s.mlp.up + ".weight", {F, H});
+  }
+  b.down = r.matrix(f + s.mlp.down + ".weight", {H, F});
   return b;
 }
 
@@ -96,14 +102,22 @@ void zamba2_shared_forward(const KernelContext& ctx, const SharedTransformerSpec
   arena.rewind(mark);
   // f: (T, H) = rmsnorm(a) * pre_ff_norm
   ctx.ops->rmsnorm(ctx, sc.a, b.pre_ff_norm.data(), T, H, s.norm_eps, sc.f);
-  // gu: (T, 2F) = f @ gate_up^T (+ LoRA); m = down(act(gu[:, :F]) * gu[:, F:])
-  ctx.ops->matmul(ctx, b.gate_up.view(), nullptr, sc.f, T, sc.gu);
-  if (l.gu_down.rows > 0) {
-    ctx.ops->matmul(ctx, l.gu_down.view(), nullptr, sc.f, T, sc.r);
-    ctx.ops->matmul(ctx, l.gu_up.view(), nullptr, sc.r, T, sc.g);
-    for (size_t i = 0; i < static_cast<size_t>(T) * 2 * F; ++i) sc.gu[i] += sc.g[i];
+  if (s.mlp.fused) {
+    // gu: (T, 2F) = f @ gate_up^T (+ LoRA); m = down(act(gu[:, :F]) * gu[:, F:])
+    ctx.ops->matmul(ctx, b.gate_up.view(), nullptr, sc.f, T, sc.gu);
+    if (l.gu_down.rows > 0) {
+      ctx.ops->matmul(ctx, l.gu_down.view(), nullptr, sc.f, T, sc.r);
+      ctx.ops->matmul(ctx, l.gu_up.view(), nullptr, sc.r, T, sc.g);
+      for (size_t i = 0; i < static_cast<size_t>(T) * 2 * F; ++i) sc.gu[i] += sc.g[i];
+    }
+    ctx.ops->activation(ctx, s.mlp.act, sc.gu, sc.gu + F, 2 * F, T, F, sc.g);
+  } else {
+    // gu: (T, F) gate then (T, F) up; m = down(act(gate) * up)
+    float* up = sc.gu + static_cast<size_t>(T) * F;
+    ctx.ops->matmul(ctx, b.gate.view(), nullptr, sc.f, T, sc.gu);
+    ctx.ops->matmul(ctx, b.up.view(), nullptr, sc.f, T, up);
+    ctx.ops->activation(ctx, s.mlp.act, sc.gu, up, F, T, F, sc.g);
   }
-  ctx.ops->activation(ctx, s.mlp.act, sc.gu, sc.gu + F, 2 * F, T, F, sc.g);
   ctx.ops->matmul(ctx, b.down.view(), nullptr, sc.g, T, sc.m);
   // t: (T, H) = m @ linear^T
   ctx.ops->matmul(ctx, l.linear.view(), nullptr, sc.m, T, t);

@@ -1,7 +1,7 @@
-// Zamba2's shared transformer block (Zyphra, Zamba2): on s = concat(h, emb) (2H), attention with
-// per-invocation LoRA on q/k/v and o_proj back to H, then RMSNorm and a gated MLP with a LoRA on
-// gate_up; no residual inside. The hybrid layer adds linear(block output) to h before its Mamba-2
-// reads it.
+// The shared transformer block of Zamba (Zyphra, Glorioso et al. 2024) and Zamba2: on
+// s = concat(h, emb) (2H), attention (Zamba2: with per-invocation LoRA on q/k/v) and o_proj back to
+// H, then RMSNorm and a gated MLP (Zamba2: fused gate_up with a LoRA; Zamba: gate_proj, up_proj);
+// no residual inside. The hybrid layer adds linear(block output) to h before its Mamba reads it.
 #pragma once
 
 #include <span>
@@ -20,7 +20,8 @@ struct SharedBlockWeights {
   std::vector<float> in_norm;      // (2H)
   std::vector<float> pre_ff_norm;  // (H)
   AttentionWeights attn;
-  Matrix gate_up, down;            // (2F, H), (H, F)
+  Matrix gate_up, down;            // (2F, H), (H, F); gate_up empty when the MLP is not fused
+  Matrix gate, up;                 // (F, H) each when not fused (Zamba)
 };
 
 // What one hybrid layer adds to its shared block: LoRA adapters and its output linear.
