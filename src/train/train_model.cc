@@ -92,7 +92,9 @@ void TrainModel::check_supported() const {
     }
     switch (b.mixer) {
       case MixerKind::Mamba1:
-        if (b.m1.dt_bc_rms) refuse("Mamba-1 with dt/B/C norms (falcon_mamba)");
+        if (b.m1.dt_bc_rms) refuse("Mamba-1 with dt/B/C norms (falcon_mamba, jamba)");
+        if (b.m1.n_heads != 1 || b.m1.head_tensors || b.m1.in_proj_interleaved)
+          refuse("multi-head Mamba-1 (zamba)");
         break;
       case MixerKind::Mamba2: {
         const Mamba2Spec& s = b.m2;

@@ -7,7 +7,7 @@ import os
 import shutil
 import subprocess
 
-from cli_common import check, data, exe, expect_error, finish, run, scratch, start
+from cli_common import check, data, exe, expect_error, finish, make_model, run, scratch, start
 
 start()
 with open(os.path.join(data, "corpora", "tinyshakespeare.txt"), encoding="utf-8") as f:
@@ -186,6 +186,12 @@ def limit_file_size():
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     resource.setrlimit(resource.RLIMIT_FSIZE, (64 << 10, 64 << 10))
 
+
+# Families whose blocks the trainer does not compute are refused by name, not trained as something else.
+for preset, needle in [("zamba-tiny", "multi-head Mamba-1 (zamba) is not supported"),
+                       ("jamba-tiny", "Mamba-1 with dt/B/C norms (falcon_mamba, jamba) is not supported"),
+                       ("lfm2-moe-tiny", "the mixer 'short_conv+mlp' is not supported")]:
+    expect_error(f"grad refuses {preset}", ["grad", "-m", make_model(preset, preset, 3), "--ids", "1,2,3"], 1, needle)
 
 try:
     p = subprocess.run([exe, "train", "--config", cfg_full, "-q"], capture_output=True, text=True, timeout=120,
