@@ -32,6 +32,10 @@ void add_into(float* dst, const float* src, size_t n) {
   for (size_t i = 0; i < n; ++i) dst[i] += src[i];
 }
 
+void add_to(const float* a, const float* b, size_t n, float* dst) {  // dst = a + b
+  for (size_t i = 0; i < n; ++i) dst[i] = a[i] + b[i];
+}
+
 template <class V>
 float* sized(V& v, size_t n) {
   v.resize(n);
@@ -268,6 +272,9 @@ namespace {
 
 // Forward and backward of one mixer or MLP over M = B * T rows (B sequences of T tokens, each
 // from a zero state). u: (M, H) the normalised input; out / du: (M, H).
+// The workspace slot of a forward's zeroed starting state (the backward passes use 0 .. 6).
+constexpr size_t kForwardState = 8;
+
 struct Pass {
   const KernelContext& ctx;
   int B, T, H;
@@ -283,10 +290,10 @@ void mamba1_forward(const Pass& P, TrainModel::Layer& L, const float* u, float* 
   float* proj = sized(L.proj, M * 2 * I);
   ctx.ops->matmul_train(ctx, view(L.in_proj.p, 2 * I, P.H), L.in_bias.p, u, static_cast<int>(M), proj);
   float* conv = sized(L.conv, M * I);
-  std::vector<float> state(static_cast<size_t>(K - 1) * I);
+  float* state = P.ws.get(kForwardState, static_cast<size_t>(K - 1) * I);
   for (int b = 0; b < P.B; ++b) {
-    std::fill(state.begin(), state.end(), 0.0f);
-    ctx.ops->conv1d_causal(ctx, proj + b * T * 2 * I, 2 * I, L.conv_w.p, L.conv_b.p, state.data(), P.T, I, K, true,
+    std::fill(state, state + static_cast<size_t>(K - 1) * I, 0.0f);
+    ctx.ops->conv1d_causal(ctx, proj + b * T * 2 * I, 2 * I, L.conv_w.p, L.conv_b.p, state, P.T, I, K, true,
                            conv + b * T * I);
   }
   float* dbc = sized(L.dbc, M * W1);
@@ -301,12 +308,12 @@ void mamba1_forward(const Pass& P, TrainModel::Layer& L, const float* u, float* 
   float* A = sized(L.A, static_cast<size_t>(I) * N);
   for (size_t i = 0; i < L.A.size(); ++i) A[i] = -std::exp(L.A_log.p[i]);
   float* y = sized(L.y, M * I);
-  std::vector<float> h(static_cast<size_t>(I) * N);
+  float* h = P.ws.get(kForwardState, static_cast<size_t>(I) * N);
   for (int b = 0; b < P.B; ++b) {
-    std::fill(h.begin(), h.end(), 0.0f);
+    std::fill(h, h + static_cast<size_t>(I) * N, 0.0f);
     const float* bc = dbc + b * T * W1;
     ctx.ops->mamba1_scan(ctx, conv + b * T * I, I, dt + b * T * I, A, bc + R, bc + R + N, W1, L.D.p,
-                         proj + b * T * 2 * I + I, 2 * I, h.data(), P.T, I, N, y + b * T * I);
+                         proj + b * T * 2 * I + I, 2 * I, h, P.T, I, N, y + b * T * I);
   }
   ctx.ops->matmul_train(ctx, view(L.out_proj.p, P.H, I), L.out_bias.p, y, static_cast<int>(M), out);
 }
@@ -358,10 +365,10 @@ void mamba2_forward(const Pass& P, TrainModel::Layer& L, const float* u, float* 
   float* proj = sized(L.proj, M * W);
   ctx.ops->matmul_train(ctx, view(L.in_proj.p, W, P.H), L.in_bias.p, u, static_cast<int>(M), proj);
   float* conv = sized(L.conv, M * cd);
-  std::vector<float> state(static_cast<size_t>(K - 1) * cd);
+  float* state = P.ws.get(kForwardState, static_cast<size_t>(K - 1) * cd);
   for (int b = 0; b < P.B; ++b) {
-    std::fill(state.begin(), state.end(), 0.0f);
-    ctx.ops->conv1d_causal(ctx, proj + b * T * W + I, W, L.conv_w.p, L.conv_b.p, state.data(), P.T, cd, K, true,
+    std::fill(state, state + static_cast<size_t>(K - 1) * cd, 0.0f);
+    ctx.ops->conv1d_causal(ctx, proj + b * T * W + I, W, L.conv_w.p, L.conv_b.p, state, P.T, cd, K, true,
                            conv + b * T * cd);
   }
   float* dt_raw = sized(L.dt_raw, M * nh);
@@ -375,12 +382,13 @@ void mamba2_forward(const Pass& P, TrainModel::Layer& L, const float* u, float* 
   for (int h = 0; h < nh; ++h) A[h] = -std::exp(L.A_log.p[h]);
   float* y = sized(L.y, M * I);
   const SsdDims dims{nh, s.head_dim, G, N};
-  std::vector<float> S(static_cast<size_t>(nh) * s.head_dim * N);
+  const size_t state_floats = static_cast<size_t>(nh) * s.head_dim * N;
+  float* S = P.ws.get(kForwardState, state_floats);
   for (int b = 0; b < P.B; ++b) {
-    std::fill(S.begin(), S.end(), 0.0f);
+    std::fill(S, S + state_floats, 0.0f);
     const float* xr = conv + b * T * cd;
     ctx.ops->ssd_scan(ctx, xr, cd, dt + b * T * nh, A, xr + I, xr + I + G * N, cd, L.D.p, dims,
-                      std::min(s.chunk_size, kTrainSsdChunk), S.data(), P.T, y + b * T * I);
+                      std::min(s.chunk_size, kTrainSsdChunk), S, P.T, y + b * T * I);
   }
   const int group = s.norm_grouping == NormGrouping::Grouped ? I / G : I;
   float* g = sized(L.g, M * I);
@@ -594,25 +602,30 @@ double TrainModel::forward_backward(const int32_t* ids, int B, int len, bool bac
   const Param head = cfg_.tie_embeddings ? E : Param{param(cfg_.lm_head_name).data(), grad(cfg_.lm_head_name).data()};
   const Param final_norm{param(cfg_.final_norm_name).data(), grad(cfg_.final_norm_name).data()};
 
-  // Forward: h (the residual stream) lives in h_final_ and is copied into each layer's h_in.
-  float* h = sized(h_final_, M * H);
+  // Forward: the residual stream entering each layer is that layer's h_in (the embedding writes
+  // the first), each residual add writes the next one out of place (h_mid inside a layer, then
+  // the next layer's h_in or, after the last, h_final_): no copies, and backward reads them all.
+  float* h = sized(layers_.empty() ? h_final_ : layers_.front()->h_in, M * H);
   ctx_.ops->embedding(view(E.p, V, H), inputs_.data(), static_cast<int>(M), h);
-  std::vector<float> out(M * H);
-  for (Layer* L : layers_) {
-    L->h_in.assign(h, h + M * H);
+  float* out = sized(dtmp_, M * H);  // a block's output (dtmp_ is backward's until then)
+  for (size_t li = 0; li < layers_.size(); ++li) {
+    Layer* L = layers_[li];
     ctx_.ops->rmsnorm(ctx_, h, L->mixer_norm.p, static_cast<int>(M), H, eps, sized(L->u, M * H));
     switch (L->spec->mixer) {
-      case MixerKind::Mamba1: mamba1_forward(P, *L, L->u.data(), out.data()); break;
-      case MixerKind::Mamba2: mamba2_forward(P, *L, L->u.data(), out.data()); break;
-      default: attention_forward(P, *L, L->u.data(), out.data()); break;
+      case MixerKind::Mamba1: mamba1_forward(P, *L, L->u.data(), out); break;
+      case MixerKind::Mamba2: mamba2_forward(P, *L, L->u.data(), out); break;
+      default: attention_forward(P, *L, L->u.data(), out); break;
     }
-    add_into(h, out.data(), M * H);
     if (L->spec->ffn.kind == FfnKind::Mlp) {
-      L->h_mid.assign(h, h + M * H);
+      float* mid = sized(L->h_mid, M * H);
+      add_to(h, out, M * H, mid);
+      h = mid;
       ctx_.ops->rmsnorm(ctx_, h, L->ffn_norm.p, static_cast<int>(M), H, eps, sized(L->u2, M * H));
-      mlp_forward(P, *L, L->u2.data(), out.data());
-      add_into(h, out.data(), M * H);
+      mlp_forward(P, *L, L->u2.data(), out);
     }
+    float* next = sized(li + 1 < layers_.size() ? layers_[li + 1]->h_in : h_final_, M * H);
+    add_to(h, out, M * H, next);
+    h = next;
   }
   float* hn = sized(hn_, M * H);
   ctx_.ops->rmsnorm(ctx_, h, final_norm.p, static_cast<int>(M), H, eps, hn);
