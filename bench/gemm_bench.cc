@@ -170,6 +170,11 @@ int main(int argc, char** argv) {
                                              x + static_cast<size_t>(t0) * s.K, std::min(12, T - t0),
                                              y + static_cast<size_t>(t0) * s.N);
                    }});
+  // Training's forward product: the strided GEMM (no lane classes) on the row-major weights.
+  impls.push_back({"hybridlm training GEMM", [&](const Shape& s, const float* x, const float* w, const WeightView&,
+                                                   float* y) {
+                     hybridlm::cpu::matmul_train(ctx, WeightView{DType::F32, w, s.N, s.K}, nullptr, x, T, y);
+                   }});
 #ifdef HYBRIDLM_BENCH_OPENBLAS
   impls.push_back({"OpenBLAS sgemm", [&](const Shape& s, const float* x, const float* w, const WeightView&, float* y) {
                      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, s.N, s.K, 1.0f, x, s.K, w, s.K, 0.0f, y,
