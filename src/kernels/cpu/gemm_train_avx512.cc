@@ -75,19 +75,25 @@ HYBRIDLM_AVX512 void pack_a(StridedView A, int i0, int mr, int k0, int kc, float
           i < mr ? A.data[static_cast<size_t>(i0 + i) * A.row + static_cast<size_t>(k0 + k) * A.col] : 0.0f;
 }
 
-// With A.row == 1 (A transposed: dW's dy^T), its block [k0, k0 + kc) of every tile at once, rows k
-// in [kb, ke): each k a contiguous run of A read front to back (per tile, one k per cache line,
-// a page apart, was a cache and TLB miss per load). ap: [tile][k][kMR], rows past M zero.
+// With A.row == 1 (A transposed: dW's dy^T), its block [k0, k0 + kc) of every tile at once, k in
+// runs of kRun from run kb to ke: a run reads kRun rows of A front to back, together, and writes
+// each tile's kRun x kMR block whole (per tile, one k per cache line, a page apart, was a cache and
+// TLB miss per load; a row at a time, a page per store). ap: [tile][k][kMR], rows past M zero.
+constexpr int kRun = 16;
 HYBRIDLM_AVX512 void pack_a_transposed(StridedView A, int M, int k0, int kc, float* ap, size_t kb, size_t ke) {
   const __mmask16 tile = static_cast<__mmask16>((1u << kMR) - 1);
   const int n_tiles = (M + kMR - 1) / kMR;
-  for (size_t k = kb; k < ke; ++k) {
-    const float* src = A.data + (static_cast<size_t>(k0) + k) * A.col;
+  for (size_t run = kb; run < ke; ++run) {
+    const int k_begin = static_cast<int>(run) * kRun, k_end = std::min(kc, k_begin + kRun);
+    const float* src = A.data + static_cast<size_t>(k0 + k_begin) * A.col;
     for (int t = 0; t < n_tiles; ++t) {
       const int mr = std::min(kMR, M - t * kMR);
       const __mmask16 rows = static_cast<__mmask16>((1u << mr) - 1);
-      _mm512_mask_storeu_ps(ap + (static_cast<size_t>(t) * kc + k) * kMR, tile,
-                            _mm512_maskz_loadu_ps(rows, src + static_cast<size_t>(t) * kMR));
+      float* out = ap + (static_cast<size_t>(t) * kc + k_begin) * kMR;
+      const float* in = src + static_cast<size_t>(t) * kMR;
+      for (int k = 0; k < k_end - k_begin; ++k)
+        _mm512_mask_storeu_ps(out + static_cast<size_t>(k) * kMR, tile,
+                              _mm512_maskz_loadu_ps(rows, in + static_cast<size_t>(k) * A.col));
     }
   }
 }
@@ -158,7 +164,7 @@ void gemm_strided_avx512(const KernelContext& ctx, int M, int N, int K, StridedV
     const bool load = accumulate || k0 > 0;
     parallel(ctx, n_panels, 1, [&](size_t pb, size_t pe) { pack_b(B, N, k0, kc, bp, pb, pe); });
     if (a_transposed)
-      parallel(ctx, static_cast<size_t>(kc), 16,
+      parallel(ctx, static_cast<size_t>((kc + kRun - 1) / kRun), 1,
                [&](size_t kb, size_t ke) { pack_a_transposed(A, M, k0, kc, ap_all, kb, ke); });
     // Tiles from a shared counter: on a shared host one thread often runs slower for a while.
     std::atomic<size_t> next{0};
