@@ -77,5 +77,7 @@ ScratchNeed matmul_scratch(const KernelLimits& limits);
 // matmul_backward's own copies (backward_cpu.cc) for a (rows, cols) weight and T tokens.
 size_t matmul_backward_floats(int rows, int cols, int T);
 ScratchNeed ssm_scratch(const KernelLimits& limits);
+// The gated delta rule's (gdn_cpu.cc).
+ScratchNeed gdn_scratch(const KernelLimits& limits);
 
 }  // namespace hybridlm::cpu

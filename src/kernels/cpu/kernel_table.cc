@@ -7,7 +7,7 @@ namespace hybridlm {
 namespace cpu {
 
 ScratchNeed scratch_floats(const KernelLimits& limits) {
-  return most(matmul_scratch(limits), ssm_scratch(limits));
+  return most(most(matmul_scratch(limits), ssm_scratch(limits)), gdn_scratch(limits));
 }
 
 #include "kernels/table.inc"
