@@ -27,6 +27,11 @@ constexpr double kQ8Model = 0.1;
 // over seeds 15-19), a property of the weights, not of the kernels (q8_0 prefill + decode still
 // agrees with its own full forward to 3e-7).
 constexpr double kQ8ModelDiscreteMamba2 = 0.25;
+// The same for the random-weight gated DeltaNet fixtures (hybridlm_gdn, qwen3_next): each value
+// head's output is RMS-normalised before the gate, which scales a small head's rounding error up
+// to O(1) (measured 0.24 on both; their q8_0 prefill + decode agrees with its own full forward to
+// 3e-7, and the f32 engine matches the float64 reference to 4e-6).
+constexpr double kQ8ModelGatedDeltaNet = 0.35;
 constexpr double kQ8DecodeVsPrefill = 1e-2;
 constexpr double kNorm = 1e-5;
 constexpr double kConv = 1e-5;

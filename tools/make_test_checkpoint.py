@@ -159,6 +159,26 @@ def hybridlm_config(hidden, vocab, pattern, d_state=16, head_dim=16, n_groups=1,
     }
 
 
+def qwen3_next_config(hidden, layers, vocab, heads, kv_heads, hd, nk, nv, dk, dv, d_ff, experts, top_k, moe_ff,
+                      shared_ff, interval=4, rope=0.25, theta=10000.0, tie=False):
+    """A Qwen3NextConfig with every key transformers writes that the engine reads (hf-hybrid.md C.10)."""
+    return {
+        "architectures": ["Qwen3NextForCausalLM"], "model_type": "qwen3_next",
+        "hidden_size": hidden, "num_hidden_layers": layers, "vocab_size": vocab,
+        "num_attention_heads": heads, "num_key_value_heads": kv_heads, "head_dim": hd,
+        "intermediate_size": d_ff, "hidden_act": "silu", "rms_norm_eps": 1e-6, "tie_word_embeddings": tie,
+        "rope_theta": theta, "partial_rotary_factor": rope, "attention_bias": False,
+        "full_attention_interval": interval,
+        "linear_conv_kernel_dim": 4, "linear_key_head_dim": dk, "linear_value_head_dim": dv,
+        "linear_num_key_heads": nk, "linear_num_value_heads": nv,
+        "decoder_sparse_step": 1, "num_experts": experts, "num_experts_per_tok": top_k,
+        "moe_intermediate_size": moe_ff, "shared_expert_intermediate_size": shared_ff,
+        "norm_topk_prob": True, "mlp_only_layers": [],
+        "max_position_embeddings": 262144, "bos_token_id": 151643, "eos_token_id": 151645,
+        "torch_dtype": "float32",
+    }
+
+
 def jamba_config(hidden, layers, vocab, heads, kv_heads, d_ff, experts, top_k, d_state=16, attn_period=8,
                  attn_offset=4, expert_period=2, expert_offset=1, tie=False):
     """A JambaConfig with every key transformers writes that the engine reads."""
@@ -354,6 +374,13 @@ PRESETS = {
     "llamba-8b": lambda: llamba_config(4096, 32, 128256, 64, 32, 32, 14336),
     "nemotron-h-tiny": lambda: nemotron_h_config(64, 512, "M*-ME-M", 4, 2, 16, 96, 8, 16, 16, 2,
                                                  n_group=2, topk_group=1),
+    # Qwen3-Next at test size: gated DeltaNet (nv = 2 nk, d_k != d_v) with gated attention at
+    # layers 1 and 3, MoE top-2 of 4 + gated shared expert, layer 2 a dense MLP (mlp_only_layers).
+    "qwen3-next-tiny": lambda: dict(qwen3_next_config(64, 4, 512, 4, 2, 16, 2, 4, 16, 8, 96, 4, 2, 32, 48,
+                                                      interval=2), mlp_only_layers=[2]),
+    # Qwen/Qwen3-Next-80B-A3B-Instruct (its published config.json): for `plan`, not for tests.
+    "qwen3-next-80b-a3b": lambda: qwen3_next_config(2048, 48, 151936, 16, 2, 256, 16, 32, 128, 128, 5120, 512, 10,
+                                                    512, 512, theta=10000000.0),
 }
 
 # --------------------------------------------------------------------------------------------
@@ -542,6 +569,21 @@ def mamba_family_specs(cfg, family, embedding_name):
     return specs + tail
 
 
+def gdn_specs(m, H, nk, nv, dk, dv, K):
+    """Tensors of a gated DeltaNet mixer under prefix m (Qwen3-Next linear_attn names; the qkvz and
+    ba rows interleaved per key head as the checkpoints store them)."""
+    if nv % nk != 0:
+        sys.exit("make_test_checkpoint: num_value_heads (%d) must be a multiple of num_key_heads (%d)" % (nv, nk))
+    Kd, Vd = nk * dk, nv * dv
+    return [(m + "in_proj_qkvz.weight", (2 * Kd + 2 * Vd, H), normal(H ** -0.5)),
+            (m + "in_proj_ba.weight", (2 * nv, H), normal(H ** -0.5)),
+            (m + "conv1d.weight", (2 * Kd + Vd, 1, K), normal(K ** -0.5)),
+            (m + "dt_bias", (nv,), dt_bias_init),
+            (m + "A_log", (nv,), a_log_init),
+            (m + "norm.weight", (dv,), NORM_INIT),
+            (m + "out_proj.weight", (H, Vd), normal(Vd ** -0.5))]
+
+
 def hybridlm_specs(cfg):
     """Our block-pattern format (docs/model-format.md)."""
     H = int(cfg["hidden_size"])
@@ -568,6 +610,12 @@ def hybridlm_specs(cfg):
             specs += mamba2_mixer_specs(p + "mixer.", H, I, I // P, G, N, K, proj_bias, conv_bias)
         elif kind == "m2d":
             specs += discrete_mamba2_specs(p + "mixer.", H, I, I // P, G, N, K, proj_bias, conv_bias)
+        elif kind == "gdn":
+            gd = cfg.get("gdn", {})
+            nk = int(gd.get("num_key_heads", 4))
+            dk = int(gd.get("key_head_dim", 16))
+            specs += gdn_specs(p + "mixer.", H, nk, int(gd.get("num_value_heads", nk)), dk,
+                               int(gd.get("value_head_dim", dk)), int(gd.get("conv_kernel_dim", 4)))
         elif kind == "t":
             specs += attention_specs(p + "mixer.", H, heads, kv_heads, hd, bool(att.get("bias", False)),
                                      bool(att.get("qk_norm", False)))
@@ -630,6 +678,50 @@ def jamba_specs(cfg):
                 specs += mlp_specs(p + "feed_forward.experts.%d." % e, H, F)
         else:
             specs += mlp_specs(p + "feed_forward.", H, F)
+    return specs + tail
+
+
+ZERO_NORM_INIT = normal(0.1)  # zero-centred norms (applied as 1 + w)
+
+
+def qwen3_next_specs(cfg):
+    """Qwen3NextForCausalLM (research/hf-hybrid.md C.10); mtp.* not written."""
+    H, L = int(cfg["hidden_size"]), int(cfg["num_hidden_layers"])
+    tie = bool(cfg.get("tie_word_embeddings", False))
+    specs, tail = head_specs(cfg, tie, "model.embed_tokens.weight", "model.embed_tokens.weight", "model.norm.weight")
+    tail[0] = ("model.norm.weight", (H,), ZERO_NORM_INIT)
+    heads, kv_heads = int(cfg.get("num_attention_heads", 16)), int(cfg.get("num_key_value_heads", 2))
+    hd = int(cfg.get("head_dim", H // heads))
+    nk, nv = int(cfg.get("linear_num_key_heads", 16)), int(cfg.get("linear_num_value_heads", 32))
+    dk, dv = int(cfg.get("linear_key_head_dim", 128)), int(cfg.get("linear_value_head_dim", 128))
+    K = int(cfg.get("linear_conv_kernel_dim", 4))
+    E, step = int(cfg.get("num_experts", 512)), int(cfg.get("decoder_sparse_step", 1))
+    only = set(cfg.get("mlp_only_layers") or [])
+    interval = int(cfg.get("full_attention_interval", 4))
+    types = cfg.get("layer_types") or ["full_attention" if (i + 1) % interval == 0 else "linear_attention"
+                                       for i in range(L)]
+    for i in range(L):
+        p = "model.layers.%d." % i
+        specs.append((p + "input_layernorm.weight", (H,), ZERO_NORM_INIT))
+        if types[i] == "full_attention":
+            a = p + "self_attn."
+            specs += [(a + "q_proj.weight", (2 * heads * hd, H), normal(H ** -0.5)),
+                      (a + "k_proj.weight", (kv_heads * hd, H), normal(H ** -0.5)),
+                      (a + "v_proj.weight", (kv_heads * hd, H), normal(H ** -0.5)),
+                      (a + "o_proj.weight", (H, heads * hd), normal((heads * hd) ** -0.5)),
+                      (a + "q_norm.weight", (hd,), ZERO_NORM_INIT), (a + "k_norm.weight", (hd,), ZERO_NORM_INIT)]
+        else:
+            specs += gdn_specs(p + "linear_attn.", H, nk, nv, dk, dv, K)
+        specs.append((p + "post_attention_layernorm.weight", (H,), ZERO_NORM_INIT))
+        f = p + "mlp."
+        if E > 0 and (i + 1) % step == 0 and i not in only:
+            specs.append((f + "gate.weight", (E, H), normal(0.25)))
+            for e in range(E):
+                specs += mlp_specs(f + "experts.%d." % e, H, int(cfg.get("moe_intermediate_size", 512)))
+            specs += mlp_specs(f + "shared_expert.", H, int(cfg.get("shared_expert_intermediate_size", 512)))
+            specs.append((f + "shared_expert_gate.weight", (1, H), normal(H ** -0.5)))
+        else:
+            specs += mlp_specs(f, H, int(cfg.get("intermediate_size", 5632)))
     return specs + tail
 
 
@@ -900,7 +992,7 @@ def llamba_specs(cfg):
     return specs
 
 
-HYBRID_SPECS = {"llamba": llamba_specs, "zamba2": zamba2_specs, "falcon_h1": falcon_h1_specs, "granitemoehybrid": granitemoehybrid_specs, "hybridlm": hybridlm_specs, "jamba": jamba_specs, "bamba": bamba_specs, "lfm2": lfm2_specs,
+HYBRID_SPECS = {"qwen3_next": qwen3_next_specs, "llamba": llamba_specs, "zamba2": zamba2_specs, "falcon_h1": falcon_h1_specs, "granitemoehybrid": granitemoehybrid_specs, "hybridlm": hybridlm_specs, "jamba": jamba_specs, "bamba": bamba_specs, "lfm2": lfm2_specs,
                 "nemotron_h": nemotron_h_specs}
 
 

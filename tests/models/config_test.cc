@@ -2,7 +2,9 @@
 #include <gtest/gtest.h>
 
 #include "base/error.h"
+#include "cache/hybrid_cache.h"
 #include "models/config.h"
+#include "models/plan.h"
 
 namespace hybridlm {
 namespace {
@@ -265,7 +267,7 @@ TEST(Config, HybridlmBlockPattern) {
   json j = base;
   j["block_pattern"] = {"m2", "x", "t"};
   EXPECT_NE(error_of(j).find("block_pattern[1] = \"x\": unknown block kind (use m = Mamba-1, m2 = Mamba-2, "
-                            "m2d = discrete Mamba-2, t = attention)"),
+                            "m2d = discrete Mamba-2, gdn = gated DeltaNet, t = attention)"),
             std::string::npos)
       << error_of(j);
   j = base;
@@ -311,6 +313,122 @@ TEST(Config, HybridlmDiscreteMamba2Blocks) {
   j["ssm"]["n_groups"] = 3;
   EXPECT_NE(error_of(j).find("ssm: n_groups = 3: must divide the discrete Mamba-2 head count 8"), std::string::npos)
       << error_of(j);
+}
+
+TEST(Config, HybridlmGatedDeltaNetBlocks) {
+  json j = {{"model_type", "hybridlm"},
+            {"hidden_size", 64},
+            {"vocab_size", 100},
+            {"block_pattern", {"gdn", "t"}},
+            {"gdn", {{"num_key_heads", 2}, {"num_value_heads", 6}, {"key_head_dim", 16}, {"value_head_dim", 8}}}};
+  const HybridConfig c = parse_config(j, "config.json");
+  EXPECT_EQ(c.layer_pattern(), "gdn x1, attention x1");
+  const GdnSpec& g = c.blocks[0].gdn;
+  EXPECT_EQ(g.conv_dim(), 2 * 2 * 16 + 6 * 8);
+  EXPECT_EQ(g.d_conv, 4);
+  EXPECT_EQ(g.chunk_size, 64);
+  j["gdn"]["num_value_heads"] = 5;
+  EXPECT_NE(error_of(j).find("gdn: num_value_heads = 5: must be a multiple of num_key_heads = 2"), std::string::npos)
+      << error_of(j);
+}
+
+// Qwen/Qwen3-Next-80B-A3B-Instruct's config.json (research/hf-hybrid.md C.10).
+json qwen3_next_80b() {
+  return {{"architectures", {"Qwen3NextForCausalLM"}},
+          {"model_type", "qwen3_next"},
+          {"hidden_size", 2048},
+          {"num_hidden_layers", 48},
+          {"vocab_size", 151936},
+          {"num_attention_heads", 16},
+          {"num_key_value_heads", 2},
+          {"head_dim", 256},
+          {"intermediate_size", 5120},
+          {"rms_norm_eps", 1e-6},
+          {"rope_theta", 10000000},
+          {"partial_rotary_factor", 0.25},
+          {"full_attention_interval", 4},
+          {"linear_conv_kernel_dim", 4},
+          {"linear_key_head_dim", 128},
+          {"linear_value_head_dim", 128},
+          {"linear_num_key_heads", 16},
+          {"linear_num_value_heads", 32},
+          {"decoder_sparse_step", 1},
+          {"num_experts", 512},
+          {"num_experts_per_tok", 10},
+          {"moe_intermediate_size", 512},
+          {"shared_expert_intermediate_size", 512},
+          {"norm_topk_prob", true},
+          {"mlp_only_layers", json::array()},
+          {"tie_word_embeddings", false}};
+}
+
+TEST(Config, Qwen3NextPatternNamesAndQuirks) {
+  const HybridConfig c = parse_config(qwen3_next_80b(), "config.json");
+  EXPECT_EQ(c.family, "qwen3_next");
+  EXPECT_EQ(c.layer_pattern(), "(gdn+moe, gdn+moe, gdn+moe, attention+moe) x12");
+  EXPECT_FLOAT_EQ(c.norm_offset, 1.0f);
+  const BlockSpec& lin = c.blocks[0];
+  const BlockSpec& att = c.blocks[3];
+  EXPECT_EQ(lin.mixer, MixerKind::GatedDeltaNet);
+  EXPECT_EQ(att.mixer, MixerKind::Attention);
+  EXPECT_EQ(lin.gdn.n_k_heads, 16);
+  EXPECT_EQ(lin.gdn.n_v_heads, 32);
+  EXPECT_EQ(lin.gdn.conv_dim(), 2 * 16 * 128 + 32 * 128);
+  EXPECT_TRUE(att.attn.output_gate);
+  EXPECT_TRUE(att.attn.qk_norm);
+  EXPECT_FLOAT_EQ(att.attn.qk_norm_offset, 1.0f);
+  EXPECT_EQ(att.attn.rope_dim, 64);  // 0.25 x 256
+  EXPECT_FLOAT_EQ(att.attn.rope_theta, 1e7f);
+  EXPECT_EQ(lin.ffn.kind, FfnKind::Moe);
+  EXPECT_EQ(lin.ffn.n_experts, 512);
+  EXPECT_EQ(lin.ffn.top_k, 10);
+  EXPECT_TRUE(lin.ffn.renormalize);
+  EXPECT_EQ(lin.ffn.router, "gate.weight");
+  EXPECT_EQ(lin.ffn.shared_prefix, "model.layers.0.mlp.shared_expert.");
+  EXPECT_EQ(lin.ffn.shared_gate, "model.layers.0.mlp.shared_expert_gate.weight");
+  EXPECT_EQ(lin.names.mixer, "model.layers.0.linear_attn.");
+  EXPECT_EQ(att.names.mixer, "model.layers.3.self_attn.");
+  EXPECT_EQ(lin.names.ffn_norm, "model.layers.0.post_attention_layernorm.weight");
+
+  json j = qwen3_next_80b();  // layer_types, mlp_only_layers, dense layers
+  j["num_hidden_layers"] = 3;
+  j["layer_types"] = {"full_attention", "linear_attention", "linear_attention"};
+  j["mlp_only_layers"] = {1};
+  j["decoder_sparse_step"] = 1;
+  const HybridConfig d = parse_config(j, "config.json");
+  EXPECT_EQ(d.blocks[0].mixer, MixerKind::Attention);
+  EXPECT_EQ(d.blocks[1].ffn.kind, FfnKind::Mlp);
+  EXPECT_EQ(d.blocks[1].ffn.mlp.d_ff, 5120);
+  EXPECT_EQ(d.blocks[2].ffn.kind, FfnKind::Moe);
+  j["num_experts"] = 0;
+  EXPECT_EQ(parse_config(j, "config.json").blocks[2].ffn.kind, FfnKind::Mlp);
+
+  j = qwen3_next_80b();
+  j["linear_num_value_heads"] = 24;
+  EXPECT_NE(error_of(j).find("linear_num_value_heads = 24: must be a multiple of linear_num_key_heads = 16"),
+            std::string::npos)
+      << error_of(j);
+  j = qwen3_next_80b();
+  j["mlp_only_layers"] = {48};
+  EXPECT_NE(error_of(j).find("mlp_only_layers"), std::string::npos) << error_of(j);
+  j = qwen3_next_80b();
+  j["num_experts_per_tok"] = 600;
+  EXPECT_NE(error_of(j).find("num_experts_per_tok"), std::string::npos) << error_of(j);
+}
+
+// The `plan` figure of Qwen3-Next-80B-A3B from its published config, by hand: 36 gated DeltaNet
+// layers keep a conv state of 3 rows x (2 x 16 x 128 + 32 x 128) channels and a delta state of
+// 32 x 128 x 128, in f32: 36 x (98,304 + 2,097,152) = 79,036,416 bytes (75.4 MiB) per sequence;
+// 12 attention layers keep K and V of 2 heads x 256 per token: 12 x 2 x 512 x 2 bytes = 24 KiB
+// per token at bf16.
+TEST(Config, Qwen3NextPlanFigure) {
+  const HybridConfig c = parse_config(qwen3_next_80b(), "config.json");
+  const std::vector<LayerCacheSpec> specs = cache_specs(c);
+  const CacheFootprint f32 = cache_footprint(specs, DType::F32, DType::BF16);
+  EXPECT_EQ(f32.conv_per_sequence, 36u * 3 * 8192 * 4);
+  EXPECT_EQ(f32.ssm_per_sequence, 36u * 32 * 128 * 128 * 4);
+  EXPECT_EQ(f32.state_per_sequence(), 79036416u);
+  EXPECT_EQ(f32.kv_per_token, 24576u);
 }
 
 // cartesia-ai/Llamba-3B's config.json (research/ssm-math-serving-training.md A.4).

@@ -30,4 +30,9 @@ mkdir -p "$out"
 "$py" "$tool" --preset llamba-tiny --out "$out/llamba" --seed 15 >/dev/null
 "$py" "$tool" --preset hybridlm-tiny --out "$out/hybridlm_m2d" --seed 16 --set 'block_pattern=["m2d", "t", "m2d"]' \
   --set 'ssm={"d_state": 16, "head_dim": 16, "n_groups": 2, "chunk_size": 8}' >/dev/null
+# Gated DeltaNet (Qwen3-Next's mixer) around attention: grouped value heads, d_k != d_v, chunk 8
+# (the CPU prefill runs chunks of min(chunk_size, 64): several chunks even on short prompts).
+"$py" "$tool" --preset hybridlm-tiny --out "$out/hybridlm_gdn" --seed 17 --set 'block_pattern=["gdn", "t", "gdn"]' \
+  --set 'gdn={"num_key_heads": 2, "num_value_heads": 4, "key_head_dim": 16, "value_head_dim": 8, "chunk_size": 8}' >/dev/null
+"$py" "$tool" --preset qwen3-next-tiny --out "$out/qwen3_next" --seed 18 >/dev/null
 echo "fixtures written to $out"

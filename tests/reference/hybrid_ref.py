@@ -169,6 +169,87 @@ def attention(w, p, u, H, heads, kv_heads, hd, rot, theta, scale=None, bias=Fals
     return linear(y.reshape(T, heads * hd), w(p + o_name + ".weight", (out_dim or H, heads * hd)))
 
 
+def gdn_split(qkvz, ba, nk, nv, dk, dv):
+    """Qwen3-Next's interleaved projections (modeling_qwen3_next fix_query_key_value_ordering):
+    qkvz rows per key head j are [q_j (dk) | k_j (dk) | v (r dv) | z (r dv)] with r = nv / nk, the v
+    and z blocks holding value heads j r .. j r + r - 1; ba rows per key head are [b (r) | a (r)]."""
+    T, r = qkvz.shape[0], nv // nk
+    g = qkvz.reshape(T, nk, 2 * dk + 2 * r * dv)
+    q, k = g[:, :, :dk], g[:, :, dk:2 * dk]
+    v = g[:, :, 2 * dk:2 * dk + r * dv].reshape(T, nv, dv)
+    z = g[:, :, 2 * dk + r * dv:].reshape(T, nv, dv)
+    bag = ba.reshape(T, nk, 2 * r)
+    return q, k, v, z, bag[:, :, :r].reshape(T, nv), bag[:, :, r:].reshape(T, nv)
+
+
+def gated_delta_rule(q, k, v, g, beta, S=None):
+    """The gated delta rule as its recurrence (Yang et al. 2024; Qwen3-Next's
+    torch_recurrent_gated_delta_rule), one step at a time. q, k: (T, nv, dk) already per value head,
+    v: (T, nv, dv), g (log-decay), beta: (T, nv). q and k are l2-normalised (x / sqrt(sum x^2 +
+    1e-6)), q scaled by dk^-1/2; per head S <- exp(g) S; delta = beta (v - S^T k); S <- S + k delta^T;
+    o = S^T q. Returns o: (T, nv, dv) and the final S: (nv, dk, dv)."""
+    T, nv, dk = q.shape
+    dv = v.shape[2]
+    q = q / np.sqrt(np.sum(q * q, axis=-1, keepdims=True) + 1e-6) / math.sqrt(dk)
+    k = k / np.sqrt(np.sum(k * k, axis=-1, keepdims=True) + 1e-6)
+    S = np.zeros((nv, dk, dv)) if S is None else S.copy()
+    o = np.zeros((T, nv, dv))
+    for t in range(T):
+        for h in range(nv):
+            S[h] *= math.exp(g[t, h])
+            delta = beta[t, h] * (v[t, h] - S[h].T @ k[t, h])
+            S[h] += np.outer(k[t, h], delta)
+            o[t, h] = S[h].T @ q[t, h]
+    return o, S
+
+
+def gated_delta_rule_chunked(q, k, v, g, beta, chunk, S=None):
+    """The same rule in the chunked WY / UT-transform form (Yang et al. 2024, sec. 3; FLA's
+    chunk_gated_delta_rule): within a chunk with cumulative log-decay c, the new values U solve
+    (I + A) U = beta (v - exp(c) S0^T k), A_ij = beta_i exp(c_i - c_j) k_i.k_j (j < i); then
+    o = exp(c) S0^T q + (exp(c_i - c_j) q_i.k_j)_{j<=i} U and S = exp(c_last) S0 + sum_j
+    exp(c_last - c_j) k_j u_j^T. Checked against the recurrence in test_reference.py."""
+    T, nv, dk = q.shape
+    dv = v.shape[2]
+    q = q / np.sqrt(np.sum(q * q, axis=-1, keepdims=True) + 1e-6) / math.sqrt(dk)
+    k = k / np.sqrt(np.sum(k * k, axis=-1, keepdims=True) + 1e-6)
+    S = np.zeros((nv, dk, dv)) if S is None else S.copy()
+    o = np.zeros((T, nv, dv))
+    for h in range(nv):
+        for c0 in range(0, T, chunk):
+            sl = slice(c0, min(T, c0 + chunk))
+            Q = sl.stop - c0
+            qc, kc, vc, bc = q[sl, h], k[sl, h], v[sl, h], beta[sl, h]
+            c = np.cumsum(g[sl, h])
+            decay = np.exp(np.tril(c[:, None] - c[None, :]))
+            A = np.tril(bc[:, None] * decay * (kc @ kc.T), -1)
+            R = bc[:, None] * (vc - np.exp(c)[:, None] * (kc @ S[h]))
+            U = np.linalg.solve(np.eye(Q) + A, R)
+            o[sl, h] = np.exp(c)[:, None] * (qc @ S[h]) + (np.tril(decay) * (qc @ kc.T)) @ U
+            S[h] = math.exp(c[-1]) * S[h] + (kc * np.exp(c[-1] - c)[:, None]).T @ U
+    return o, S
+
+
+def gated_deltanet(w, p, u, H, nk, nv, dk, dv, K, eps):
+    """Qwen3NextGatedDeltaNet (hf-hybrid.md C.10) on u: (T, H): interleaved in_proj_qkvz / in_proj_ba,
+    causal conv (no bias) + SiLU over [q, k, v], beta = sigmoid(b), g = -exp(A_log) softplus(a +
+    dt_bias), q and k repeated to the nv value heads, the gated delta rule, then per value head
+    norm.weight * rmsnorm(o) * silu(z) (norm before gate) and out_proj."""
+    T, Kd, Vd, r = u.shape[0], nk * dk, nv * dv, nv // nk
+    qkvz = linear(u, w(p + "in_proj_qkvz.weight", (2 * Kd + 2 * Vd, H)))
+    ba = linear(u, w(p + "in_proj_ba.weight", (2 * nv, H)))
+    q, k, v, z, b, a = gdn_split(qkvz, ba, nk, nv, dk, dv)
+    mixed = np.concatenate([q.reshape(T, Kd), k.reshape(T, Kd), v.reshape(T, Vd)], axis=1)
+    mixed = silu(causal_conv1d(mixed, w(p + "conv1d.weight", (2 * Kd + Vd, 1, K)), None))
+    q, k, v = mixed[:, :Kd].reshape(T, nk, dk), mixed[:, Kd:2 * Kd].reshape(T, nk, dk), mixed[:, 2 * Kd:]
+    beta = 1.0 / (1.0 + np.exp(-b))
+    g = -np.exp(w(p + "A_log", (nv,))) * softplus(a + w(p + "dt_bias", (nv,)))
+    q, k = np.repeat(q, r, axis=1), np.repeat(k, r, axis=1)   # value head h reads key head h // r
+    o, _ = gated_delta_rule(q, k, v.reshape(T, nv, dv), g, beta)
+    o = rmsnorm(o, w(p + "norm.weight", (dv,)), eps) * silu(z)
+    return linear(o.reshape(T, Vd), w(p + "out_proj.weight", (H, Vd)))
+
+
 ACTS = {
     "silu": silu,
     "gelu": lambda x: 0.5 * x * (1.0 + np.vectorize(math.erf)(x / math.sqrt(2.0))),
@@ -218,6 +299,12 @@ def hybridlm_forward(c, w, ids, norm_groups):
             h = h + mamba2(w, p + "mixer.", u, H, I, I // P, G, N, K, proj_bias, conv_bias, eps, gs)
         elif kind == "m2d":
             h = h + discrete_mamba2(w, p + "mixer.", u, H, I, I // P, G, N, K, proj_bias, conv_bias)
+        elif kind == "gdn":
+            gd = c.get("gdn", {})
+            nk = int(gd.get("num_key_heads", 4))
+            nv, dk = int(gd.get("num_value_heads", nk)), int(gd.get("key_head_dim", 16))
+            dv = int(gd.get("value_head_dim", dk))
+            h = h + gated_deltanet(w, p + "mixer.", u, H, nk, nv, dk, dv, int(gd.get("conv_kernel_dim", 4)), eps)
         elif kind == "t":
             qk_eps = eps if att.get("qk_norm", False) else None
             h = h + attention(w, p + "mixer.", u, H, heads, kv_heads, hd, rot, theta,
@@ -232,9 +319,9 @@ def hybridlm_forward(c, w, ids, norm_groups):
     return h @ (w("model.embed_tokens.weight") if tie else w("lm_head.weight", (V, H))).T
 
 
-def moe(w, p, u, H, F, E, top_k, renormalize):
+def moe(w, p, u, H, F, E, top_k, renormalize, router="router.weight"):
     """Softmax router over E experts, each token's top_k, weights p_e (renormalised if asked)."""
-    logits = linear(u, w(p + "router.weight", (E, H)))
+    logits = linear(u, w(p + router, (E, H)))
     out = np.zeros_like(u)
     for t in range(u.shape[0]):
         prob = np.exp(logits[t] - logits[t].max())
@@ -621,7 +708,71 @@ def llamba_forward(c, w, ids, norm_groups):
     return h @ head.T
 
 
-FAMILIES = {"zamba2": zamba2_forward, "falcon_h1": falcon_h1_forward, "granitemoehybrid": granitemoehybrid_forward, "nemotron_h": nemotron_h_forward, "hybridlm": hybridlm_forward, "jamba": jamba_forward, "bamba": bamba_forward, "lfm2": lfm2_forward, "llamba": llamba_forward}
+def qwen3_next_forward(c, w, ids, norm_groups):
+    """Qwen3NextForCausalLM (hf-hybrid.md C.10; modeling_qwen3_next.py pinned in docs/numerics.md):
+    zero-centred RMSNorms x (1 + w) everywhere but the DeltaNet's output norm; gated DeltaNet
+    layers; gated attention (q_proj per head [query | gate], q/k norms, partial RoPE, output x
+    sigmoid(gate)); sparse MoE (softmax over all experts, top-k, renormalised iff norm_topk_prob)
+    plus a shared expert x sigmoid(shared_expert_gate . x), or a dense SwiGLU MLP."""
+    H, V, L = int(c["hidden_size"]), int(c["vocab_size"]), int(c["num_hidden_layers"])
+    eps = float(c.get("rms_norm_eps", 1e-6))
+    heads, kv_heads = int(c.get("num_attention_heads", 16)), int(c.get("num_key_value_heads", 2))
+    hd = int(c.get("head_dim", H // heads))
+    rp = c.get("rope_parameters") or {}
+    theta = float(rp.get("rope_theta", c.get("rope_theta", 10000.0)))
+    rot = int(hd * float(rp.get("partial_rotary_factor", c.get("partial_rotary_factor", 0.25))))
+    nk, nv = int(c.get("linear_num_key_heads", 16)), int(c.get("linear_num_value_heads", 32))
+    dk, dv = int(c.get("linear_key_head_dim", 128)), int(c.get("linear_value_head_dim", 128))
+    K = int(c.get("linear_conv_kernel_dim", 4))
+    E, step, top_k = int(c.get("num_experts", 512)), int(c.get("decoder_sparse_step", 1)), int(c.get("num_experts_per_tok", 10))
+    only = set(c.get("mlp_only_layers") or [])
+    interval = int(c.get("full_attention_interval", 4))
+    types = c.get("layer_types") or ["full_attention" if (i + 1) % interval == 0 else "linear_attention"
+                                     for i in range(L)]
+
+    def znorm(x, name, d):
+        return rmsnorm(x, 1.0 + w(name, (d,)), eps)
+
+    T = len(ids)
+    h = w("model.embed_tokens.weight", (V, H))[ids]
+    for i in range(L):
+        p = "model.layers.%d." % i
+        u = znorm(h, p + "input_layernorm.weight", H)
+        if types[i] == "full_attention":
+            a = p + "self_attn."
+            qg = linear(u, w(a + "q_proj.weight", (2 * heads * hd, H))).reshape(T, heads, 2 * hd)
+            q, gate = qg[:, :, :hd], qg[:, :, hd:]
+            k = linear(u, w(a + "k_proj.weight", (kv_heads * hd, H))).reshape(T, kv_heads, hd)
+            v = linear(u, w(a + "v_proj.weight", (kv_heads * hd, H))).reshape(T, kv_heads, hd)
+            q, k = znorm(q, a + "q_norm.weight", hd), znorm(k, a + "k_norm.weight", hd)
+            q, k = rope(q, rot, theta), rope(k, rot, theta)
+            rep = heads // kv_heads
+            y = np.zeros((T, heads, hd))
+            for hh in range(heads):
+                sc = (q[:, hh] @ k[:, hh // rep].T) * hd ** -0.5
+                sc = np.where(np.tril(np.ones((T, T), dtype=bool)), sc, -np.inf)
+                sc = np.exp(sc - sc.max(axis=1, keepdims=True))
+                y[:, hh] = (sc / sc.sum(axis=1, keepdims=True)) @ v[:, hh // rep]
+            y = y * (1.0 / (1.0 + np.exp(-gate)))
+            h = h + linear(y.reshape(T, heads * hd), w(a + "o_proj.weight", (H, heads * hd)))
+        else:
+            h = h + gated_deltanet(w, p + "linear_attn.", u, H, nk, nv, dk, dv, K, eps)
+        u = znorm(h, p + "post_attention_layernorm.weight", H)
+        f = p + "mlp."
+        if E > 0 and (i + 1) % step == 0 and i not in only:
+            out = moe(w, f, u, H, int(c.get("moe_intermediate_size", 512)), E, top_k,
+                      bool(c.get("norm_topk_prob", True)), router="gate.weight")
+            shared = mlp(w, f + "shared_expert.", u, H, int(c.get("shared_expert_intermediate_size", 512)), "silu")
+            sg = 1.0 / (1.0 + np.exp(-linear(u, w(f + "shared_expert_gate.weight", (1, H)))))
+            h = h + out + sg * shared
+        else:
+            h = h + mlp(w, f, u, H, int(c.get("intermediate_size", 5632)), "silu")
+    h = znorm(h, "model.norm.weight", H)
+    tie = bool(c.get("tie_word_embeddings", False))
+    return h @ (w("model.embed_tokens.weight") if tie else w("lm_head.weight", (V, H))).T
+
+
+FAMILIES = {"qwen3_next": qwen3_next_forward, "zamba2": zamba2_forward, "falcon_h1": falcon_h1_forward, "granitemoehybrid": granitemoehybrid_forward, "nemotron_h": nemotron_h_forward, "hybridlm": hybridlm_forward, "jamba": jamba_forward, "bamba": bamba_forward, "lfm2": lfm2_forward, "llamba": llamba_forward}
 
 
 class Model:

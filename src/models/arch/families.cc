@@ -17,6 +17,7 @@ const std::vector<Family>& families() {
       {"lfm2", {"Lfm2ForCausalLM"}, parse_lfm2},
       {"nemotron_h", {"NemotronHForCausalLM"}, parse_nemotron_h},
       {"granitemoehybrid", {"GraniteMoeHybridForCausalLM"}, parse_granitemoehybrid},
+      {"qwen3_next", {"Qwen3NextForCausalLM"}, parse_qwen3_next},
       {"falcon_h1", {"FalconH1ForCausalLM"}, parse_falcon_h1},
       {"zamba2", {"Zamba2ForCausalLM"}, parse_zamba2},
       {"llamba", {}, parse_llamba},  // cartesia configs name no architecture

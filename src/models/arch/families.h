@@ -88,5 +88,6 @@ HybridConfig parse_granitemoehybrid(const JsonKeys& keys, NormGrouping mamba2_no
 HybridConfig parse_falcon_h1(const JsonKeys& keys, NormGrouping mamba2_norm);
 HybridConfig parse_zamba2(const JsonKeys& keys, NormGrouping mamba2_norm);
 HybridConfig parse_llamba(const JsonKeys& keys, NormGrouping mamba2_norm);
+HybridConfig parse_qwen3_next(const JsonKeys& keys, NormGrouping mamba2_norm);
 
 }  // namespace hybridlm
