@@ -82,11 +82,14 @@ struct Mamba2DiscreteSpec {
 // Weights (Qwen3-Next): in_proj_qkvz (2 nk dk + 2 nv dv, H), whose rows come per key head j as
 // [q_j (dk) | k_j (dk) | v of value heads j r .. j r + r - 1 (r dv) | z of the same (r dv)] with
 // r = nv / nk; in_proj_ba (2 nv, H), per key head [b (r) | a (r)]; conv1d.weight (conv_dim, 1, K);
-// dt_bias, A_log (nv); norm.weight (dv); out_proj.weight (H, nv dv).
+// dt_bias, A_log (nv); norm.weight (dv); out_proj.weight (H, nv dv). Qwen3.5 (interleaved = false)
+// stores the projections apart and in order instead: in_proj_qkv (2 nk dk + nv dv, H) = [q | k | v],
+// in_proj_z (nv dv, H), in_proj_b (nv, H), in_proj_a (nv, H).
 struct GdnSpec {
   int n_k_heads = 0, n_v_heads = 0, k_dim = 0, v_dim = 0, d_conv = 4;
   int chunk_size = 64;
   float norm_eps = 1e-6f;
+  bool interleaved = true;  // in_proj_qkvz + in_proj_ba (Qwen3-Next), else four projections (Qwen3.5)
   int key_dim() const { return n_k_heads * k_dim; }
   int value_dim() const { return n_v_heads * v_dim; }
   int conv_dim() const { return 2 * key_dim() + value_dim(); }
@@ -155,6 +158,7 @@ struct FfnSpec {
   std::string router = "router.weight", experts = "experts.";
   std::string correction_bias;  // SigmoidGrouped: "<ffn><correction_bias>" (E), or empty
   bool stacked_experts = false;
+  std::string stacked_suffix = ".weight";  // after a stacked tensor's name; Qwen3.5-MoE: none
   // Added to the MoE output on the same input (Granite shared_mlp, Nemotron-H shared_experts);
   // shared.d_ff == 0: none. shared_prefix is a full tensor-name prefix.
   MlpSpec shared;

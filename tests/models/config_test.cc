@@ -431,6 +431,113 @@ TEST(Config, Qwen3NextPlanFigure) {
   EXPECT_EQ(f32.kv_per_token, 24576u);
 }
 
+// A Qwen3_5MoeForConditionalGeneration config as the multimodal checkpoints write it: the text
+// model's keys in text_config (transformers' Qwen3_5MoeTextConfig defaults, its docstring's
+// Qwen3.5-35B-A3B shape), tie_word_embeddings at the top.
+json qwen3_5_moe_35b() {
+  return {{"architectures", {"Qwen3_5MoeForConditionalGeneration"}},
+          {"model_type", "qwen3_5_moe"},
+          {"tie_word_embeddings", false},
+          {"vision_config", {{"depth", 27}, {"hidden_size", 1152}}},
+          {"text_config",
+           {{"model_type", "qwen3_5_moe_text"},
+            {"hidden_size", 2048},
+            {"num_hidden_layers", 40},
+            {"vocab_size", 248320},
+            {"num_attention_heads", 16},
+            {"num_key_value_heads", 2},
+            {"head_dim", 256},
+            {"rms_norm_eps", 1e-6},
+            {"full_attention_interval", 4},
+            {"rope_parameters",
+             {{"rope_type", "default"},
+              {"rope_theta", 10000000},
+              {"partial_rotary_factor", 0.25},
+              {"mrope_section", {11, 11, 10}},
+              {"mrope_interleaved", true}}},
+            {"linear_conv_kernel_dim", 4},
+            {"linear_key_head_dim", 128},
+            {"linear_value_head_dim", 128},
+            {"linear_num_key_heads", 16},
+            {"linear_num_value_heads", 32},
+            {"num_experts", 256},
+            {"num_experts_per_tok", 8},
+            {"moe_intermediate_size", 512},
+            {"shared_expert_intermediate_size", 512},
+            {"eos_token_id", 248044}}}};
+}
+
+TEST(Config, Qwen3_5MoeNestedKeysNamesAndQuirks) {
+  const HybridConfig c = parse_config(qwen3_5_moe_35b(), "config.json");
+  EXPECT_EQ(c.family, "qwen3_5_moe");
+  EXPECT_EQ(c.layer_pattern(), "(gdn+moe, gdn+moe, gdn+moe, attention+moe) x10");
+  EXPECT_EQ(c.vocab_size, 248320);
+  EXPECT_FLOAT_EQ(c.norm_offset, 1.0f);
+  EXPECT_EQ(c.eos_token_id, 248044);
+  EXPECT_FALSE(c.bos_token_id.has_value());  // transformers: None
+  EXPECT_EQ(c.embedding_name, "model.language_model.embed_tokens.weight");
+  EXPECT_EQ(c.final_norm_name, "model.language_model.norm.weight");
+  const BlockSpec& lin = c.blocks[0];
+  const BlockSpec& att = c.blocks[3];
+  EXPECT_EQ(lin.mixer, MixerKind::GatedDeltaNet);
+  EXPECT_FALSE(lin.gdn.interleaved);
+  EXPECT_EQ(lin.names.mixer, "model.language_model.layers.0.linear_attn.");
+  EXPECT_EQ(att.names.mixer, "model.language_model.layers.3.self_attn.");
+  EXPECT_TRUE(att.attn.output_gate);
+  EXPECT_EQ(att.attn.rope_dim, 64);  // 0.25 x 256 from rope_parameters
+  EXPECT_FLOAT_EQ(att.attn.rope_theta, 1e7f);
+  EXPECT_EQ(lin.ffn.kind, FfnKind::Moe);
+  EXPECT_EQ(lin.ffn.n_experts, 256);
+  EXPECT_EQ(lin.ffn.top_k, 8);
+  EXPECT_TRUE(lin.ffn.renormalize);  // always: Qwen3.5-MoE has no norm_topk_prob
+  EXPECT_TRUE(lin.ffn.stacked_experts);
+  EXPECT_EQ(lin.ffn.mlp.up, "experts.gate_up_proj");
+  EXPECT_EQ(lin.ffn.stacked_suffix, "");
+  EXPECT_EQ(lin.ffn.shared_gate, "model.language_model.layers.0.mlp.shared_expert_gate.weight");
+
+  json j = qwen3_5_moe_35b();  // the tie at the top wins; the text-only form reads flat keys
+  j["tie_word_embeddings"] = true;
+  EXPECT_TRUE(parse_config(j, "config.json").tie_embeddings);
+  json flat = qwen3_5_moe_35b()["text_config"];
+  flat["architectures"] = {"Qwen3_5MoeForCausalLM"};
+  const HybridConfig t = parse_config(flat, "config.json");
+  EXPECT_EQ(t.embedding_name, "model.embed_tokens.weight");
+  EXPECT_EQ(t.blocks[0].names.mixer, "model.layers.0.linear_attn.");
+  EXPECT_EQ(t.n_layers(), 40);
+
+  j = qwen3_5_moe_35b();
+  j["text_config"]["num_experts"] = 0;
+  EXPECT_NE(error_of(j).find("text_config: num_experts = 0: must be in [1, 4096]"), std::string::npos) << error_of(j);
+  j = qwen3_5_moe_35b();
+  j["text_config"]["linear_num_value_heads"] = 24;
+  EXPECT_NE(error_of(j).find("text_config: linear_num_value_heads = 24"), std::string::npos) << error_of(j);
+  j = qwen3_5_moe_35b();
+  j["text_config"] = 3;
+  EXPECT_NE(error_of(j).find("text_config"), std::string::npos) << error_of(j);
+}
+
+// Dense Qwen3.5 (transformers' Qwen3_5TextConfig defaults: its docstring's Qwen3.5-9B shape),
+// read from an otherwise empty text_config; and its plan figure by hand: 24 gated DeltaNet layers
+// of conv 3 x (2 x 16 x 128 + 32 x 128) and delta state 32 x 128 x 128 in f32 = 24 x (98,304 +
+// 2,097,152) = 52,690,944 bytes per sequence; 8 attention layers of K and V of 4 heads x 256 per
+// token at bf16 = 8 x 2 x 1024 x 2 = 32 KiB per token.
+TEST(Config, Qwen3_5DenseDefaultsAndPlanFigure) {
+  const json j = {{"architectures", {"Qwen3_5ForConditionalGeneration"}},
+                  {"model_type", "qwen3_5"},
+                  {"text_config", json::object()}};
+  const HybridConfig c = parse_config(j, "config.json");
+  EXPECT_EQ(c.family, "qwen3_5");
+  EXPECT_EQ(c.layer_pattern(), "(gdn+mlp, gdn+mlp, gdn+mlp, attention+mlp) x8");
+  EXPECT_EQ(c.d_model, 4096);
+  EXPECT_EQ(c.blocks[0].ffn.mlp.d_ff, 12288);
+  EXPECT_EQ(c.blocks[3].attn.n_kv_heads, 4);
+  EXPECT_EQ(c.blocks[3].attn.head_dim, 256);
+  EXPECT_FALSE(c.tie_embeddings);
+  const CacheFootprint f = cache_footprint(cache_specs(c), DType::F32, DType::BF16);
+  EXPECT_EQ(f.state_per_sequence(), 52690944u);
+  EXPECT_EQ(f.kv_per_token, 32768u);
+}
+
 // cartesia-ai/Llamba-3B's config.json (research/ssm-math-serving-training.md A.4).
 TEST(Config, LlambaKeysWeightNamesAndErrors) {
   const json base = {{"model_type", "llamba"},

@@ -35,4 +35,8 @@ mkdir -p "$out"
 "$py" "$tool" --preset hybridlm-tiny --out "$out/hybridlm_gdn" --seed 17 --set 'block_pattern=["gdn", "t", "gdn"]' \
   --set 'gdn={"num_key_heads": 2, "num_value_heads": 4, "key_head_dim": 16, "value_head_dim": 8, "chunk_size": 8}' >/dev/null
 "$py" "$tool" --preset qwen3-next-tiny --out "$out/qwen3_next" --seed 18 >/dev/null
+# Qwen3.5 (four DeltaNet projections, nested text_config, model.language_model.* names, unread
+# mtp.* and model.visual.* tensors): dense, and MoE with stacked experts.
+"$py" "$tool" --preset qwen3.5-tiny --out "$out/qwen3_5" --seed 19 >/dev/null
+"$py" "$tool" --preset qwen3.5-moe-tiny --out "$out/qwen3_5_moe" --seed 20 >/dev/null
 echo "fixtures written to $out"

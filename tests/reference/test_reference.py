@@ -161,6 +161,10 @@ CASES = [
      "--set", 'gdn={"num_key_heads": 1, "num_value_heads": 2, "key_head_dim": 8, "conv_kernel_dim": 3}'], 600),
     ("qwen3-next-tiny", ["--preset", "qwen3-next-tiny"], 40),
     ("qwen3-next tied, T 150", ["--preset", "qwen3-next-tiny", "--tie", "--set", "partial_rotary_factor=0.5"], 150),
+    # Qwen3.5: the DeltaNet's four projections, nested text_config (model.language_model.*), dense
+    # or stacked-expert MoE; T 150 = two CPU chunks of 64 and a remainder.
+    ("qwen3.5-tiny", ["--preset", "qwen3.5-tiny"], 40),
+    ("qwen3.5-moe-tiny tied, T 150", ["--preset", "qwen3.5-moe-tiny", "--tie"], 150),
     # The shipped model (models/default, trained by this engine; bf16 weights widened exactly).
     ("models/default (trained here)", None, 70, {"dir": os.path.join(HERE, "..", "..", "models", "default")}),
 ]

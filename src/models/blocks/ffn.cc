@@ -37,8 +37,8 @@ FfnWeights load_ffn(const TensorSource& r, const std::string& p, const FfnSpec& 
     if (!s.correction_bias.empty()) w.correction = r.vector(p + s.correction_bias, {E});
     if (s.stacked_experts) {  // one (E, rows, cols) tensor per projection, sliced per expert
       check(s.mlp.fused && !s.mlp.bias, "stacked experts must be fused gate/up without biases");
-      std::vector<Matrix> up = r.stacked(p + s.mlp.up + ".weight", {E, 2 * F, H});
-      std::vector<Matrix> down = r.stacked(p + s.mlp.down + ".weight", {E, H, F});
+      std::vector<Matrix> up = r.stacked(p + s.mlp.up + s.stacked_suffix, {E, 2 * F, H});
+      std::vector<Matrix> down = r.stacked(p + s.mlp.down + s.stacked_suffix, {E, H, F});
       for (int64_t e = 0; e < E; ++e) w.experts.push_back({{}, std::move(up[e]), std::move(down[e]), {}, {}, {}});
     } else {
       for (int64_t e = 0; e < E; ++e)

@@ -16,8 +16,8 @@ constexpr int kCpuGdnChunk = 64;
 
 // The forward's scratch, taken from the step's arena (one list, which also sizes it).
 struct Buffers {
-  float* qkvz;   // (T, 2 Kd + 2 Vd) as projected (interleaved per key head)
-  float* ba;     // (T, 2 nv) as projected
+  float* qkvz;   // (T, 2 Kd + 2 Vd) as projected (interleaved per key head; unused when apart)
+  float* ba;     // (T, 2 nv) as projected (unused when apart)
   float* mixed;  // (T, conv_dim) = [q (Kd) | k (Kd) | v (Vd)], de-interleaved
   float* xc;     // (T, conv_dim) after the conv and SiLU
   float* z;      // (T, Vd)
@@ -31,8 +31,8 @@ Buffers buffers(const GdnSpec& s, int T, FloatArena& a) {
   const size_t n = static_cast<size_t>(T);
   const size_t Vd = static_cast<size_t>(s.value_dim()), nv = static_cast<size_t>(s.n_v_heads);
   Buffers b;
-  b.qkvz = a.take(n * (2 * s.key_dim() + 2 * Vd));
-  b.ba = a.take(n * 2 * nv);
+  b.qkvz = s.interleaved ? a.take(n * (2 * s.key_dim() + 2 * Vd)) : nullptr;
+  b.ba = s.interleaved ? a.take(n * 2 * nv) : nullptr;
   b.mixed = a.take(n * s.conv_dim());
   b.xc = a.take(n * s.conv_dim());
   b.z = a.take(n * Vd);
@@ -73,25 +73,33 @@ void GdnMixer::forward(const KernelContext& ctx, const float* u, int T, std::spa
   const int Kd = s_.key_dim(), Vd = s_.value_dim(), C = s_.conv_dim();
   const int W = 2 * Kd + 2 * Vd, group = 2 * dk + 2 * r * dv;
   const size_t rows = static_cast<size_t>(T);
-  // qkvz: (T, W) = u @ in_proj_qkvz^T;  ba: (T, 2 nv) = u @ in_proj_ba^T
-  ctx.ops->matmul(ctx, w_.in_proj_qkvz.view(), nullptr, u, T, sc.qkvz);
-  ctx.ops->matmul(ctx, w_.in_proj_ba.view(), nullptr, u, T, sc.ba);
-  // De-interleave key head j's group [q_j | k_j | v_j | z_j] into mixed = [q | k | v] and z, its
-  // [b_j | a_j] into beta (b for now) and g (a for now).
-  for (size_t t = 0; t < rows; ++t) {
-    const float* src = sc.qkvz + t * W;
-    float* m = sc.mixed + t * C;
-    float* zt = sc.z + t * Vd;
-    const float* bat = sc.ba + t * 2 * nv;
-    for (int j = 0; j < nk; ++j) {
-      const float* gj = src + static_cast<size_t>(j) * group;
-      std::copy_n(gj, dk, m + j * dk);
-      std::copy_n(gj + dk, dk, m + Kd + j * dk);
-      std::copy_n(gj + 2 * dk, r * dv, m + 2 * Kd + j * r * dv);
-      std::copy_n(gj + 2 * dk + r * dv, r * dv, zt + j * r * dv);
-      std::copy_n(bat + 2 * j * r, r, sc.beta + t * nv + j * r);
-      std::copy_n(bat + 2 * j * r + r, r, sc.g + t * nv + j * r);
+  if (s_.interleaved) {
+    // qkvz: (T, W) = u @ in_proj_qkvz^T;  ba: (T, 2 nv) = u @ in_proj_ba^T
+    ctx.ops->matmul(ctx, w_.in_proj_qkvz.view(), nullptr, u, T, sc.qkvz);
+    ctx.ops->matmul(ctx, w_.in_proj_ba.view(), nullptr, u, T, sc.ba);
+    // De-interleave key head j's group [q_j | k_j | v_j | z_j] into mixed = [q | k | v] and z, its
+    // [b_j | a_j] into beta (b for now) and g (a for now).
+    for (size_t t = 0; t < rows; ++t) {
+      const float* src = sc.qkvz + t * W;
+      float* m = sc.mixed + t * C;
+      float* zt = sc.z + t * Vd;
+      const float* bat = sc.ba + t * 2 * nv;
+      for (int j = 0; j < nk; ++j) {
+        const float* gj = src + static_cast<size_t>(j) * group;
+        std::copy_n(gj, dk, m + j * dk);
+        std::copy_n(gj + dk, dk, m + Kd + j * dk);
+        std::copy_n(gj + 2 * dk, r * dv, m + 2 * Kd + j * r * dv);
+        std::copy_n(gj + 2 * dk + r * dv, r * dv, zt + j * r * dv);
+        std::copy_n(bat + 2 * j * r, r, sc.beta + t * nv + j * r);
+        std::copy_n(bat + 2 * j * r + r, r, sc.g + t * nv + j * r);
+      }
     }
+  } else {
+    // mixed: (T, C) = u @ in_proj_qkv^T;  z: (T, Vd);  beta (b for now), g (a for now): (T, nv)
+    ctx.ops->matmul(ctx, w_.in_proj_qkv.view(), nullptr, u, T, sc.mixed);
+    ctx.ops->matmul(ctx, w_.in_proj_z.view(), nullptr, u, T, sc.z);
+    ctx.ops->matmul(ctx, w_.in_proj_b.view(), nullptr, u, T, sc.beta);
+    ctx.ops->matmul(ctx, w_.in_proj_a.view(), nullptr, u, T, sc.g);
   }
   // xc: (T, C) = silu(causal_conv(mixed)), per sequence from its conv state
   for_each_run(ctx, runs, [&](const KernelContext& c, const SeqRun& run) {
@@ -134,8 +142,15 @@ void GdnMixer::forward(const KernelContext& ctx, const float* u, int T, std::spa
 GdnWeights load_gdn(const TensorSource& r, const std::string& p, const GdnSpec& s, int H) {
   const int64_t Kd = s.key_dim(), Vd = s.value_dim(), nv = s.n_v_heads;
   GdnWeights w;
-  w.in_proj_qkvz = r.matrix(p + "in_proj_qkvz.weight", {2 * Kd + 2 * Vd, H});
-  w.in_proj_ba = r.matrix(p + "in_proj_ba.weight", {2 * nv, H});
+  if (s.interleaved) {
+    w.in_proj_qkvz = r.matrix(p + "in_proj_qkvz.weight", {2 * Kd + 2 * Vd, H});
+    w.in_proj_ba = r.matrix(p + "in_proj_ba.weight", {2 * nv, H});
+  } else {
+    w.in_proj_qkv = r.matrix(p + "in_proj_qkv.weight", {2 * Kd + Vd, H});
+    w.in_proj_z = r.matrix(p + "in_proj_z.weight", {Vd, H});
+    w.in_proj_b = r.matrix(p + "in_proj_b.weight", {nv, H});
+    w.in_proj_a = r.matrix(p + "in_proj_a.weight", {nv, H});
+  }
   w.conv_w = r.vector(p + "conv1d.weight", {s.conv_dim(), 1, s.d_conv});
   w.dt_bias = r.vector(p + "dt_bias", {nv});
   w.A_log = r.vector(p + "A_log", {nv});

@@ -15,6 +15,9 @@ namespace hybridlm {
 struct GdnWeights {
   Matrix in_proj_qkvz;         // (2 nk dk + 2 nv dv, H), interleaved per key head (config.h)
   Matrix in_proj_ba;           // (2 nv, H), interleaved per key head
+  Matrix in_proj_qkv;          // not interleaved (Qwen3.5): (2 nk dk + nv dv, H) = [q | k | v]
+  Matrix in_proj_z;            //   (nv dv, H)
+  Matrix in_proj_b, in_proj_a;  //   (nv, H) each
   Matrix out_proj;             // (H, nv dv)
   std::vector<float> conv_w;   // (conv_dim, K)
   std::vector<float> dt_bias;  // (nv)
