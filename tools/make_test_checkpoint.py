@@ -159,6 +159,57 @@ def hybridlm_config(hidden, vocab, pattern, d_state=16, head_dim=16, n_groups=1,
     }
 
 
+def qwen3_next_config(hidden, layers, vocab, heads, kv_heads, hd, nk, nv, dk, dv, d_ff, experts, top_k, moe_ff,
+                      shared_ff, interval=4, rope=0.25, theta=10000.0, tie=False):
+    """A Qwen3NextConfig with every key transformers writes that the engine reads (hf-hybrid.md C.10)."""
+    return {
+        "architectures": ["Qwen3NextForCausalLM"], "model_type": "qwen3_next",
+        "hidden_size": hidden, "num_hidden_layers": layers, "vocab_size": vocab,
+        "num_attention_heads": heads, "num_key_value_heads": kv_heads, "head_dim": hd,
+        "intermediate_size": d_ff, "hidden_act": "silu", "rms_norm_eps": 1e-6, "tie_word_embeddings": tie,
+        "rope_theta": theta, "partial_rotary_factor": rope, "attention_bias": False,
+        "full_attention_interval": interval,
+        "linear_conv_kernel_dim": 4, "linear_key_head_dim": dk, "linear_value_head_dim": dv,
+        "linear_num_key_heads": nk, "linear_num_value_heads": nv,
+        "decoder_sparse_step": 1, "num_experts": experts, "num_experts_per_tok": top_k,
+        "moe_intermediate_size": moe_ff, "shared_expert_intermediate_size": shared_ff,
+        "norm_topk_prob": True, "mlp_only_layers": [],
+        "max_position_embeddings": 262144, "bos_token_id": 151643, "eos_token_id": 151645,
+        "torch_dtype": "float32",
+    }
+
+
+def qwen3_5_config(hidden, layers, vocab, heads, kv_heads, hd, nk, nv, dk, dv, d_ff=None, experts=None, top_k=None,
+                   moe_ff=None, shared_ff=None, interval=4, rope=0.25, theta=10000000.0, tie=False):
+    """A Qwen3_5Config (d_ff given: dense) or Qwen3_5MoeConfig (experts given) as the multimodal
+    checkpoints write it: the text model's keys nested in text_config, tie_word_embeddings at the
+    top (configuration_qwen3_5.py; the vision_config is not read by the engine)."""
+    moe = experts is not None
+    text = {
+        "model_type": "qwen3_5_moe_text" if moe else "qwen3_5_text",
+        "hidden_size": hidden, "num_hidden_layers": layers, "vocab_size": vocab,
+        "num_attention_heads": heads, "num_key_value_heads": kv_heads, "head_dim": hd,
+        "hidden_act": "silu", "rms_norm_eps": 1e-6, "attention_bias": False,
+        "full_attention_interval": interval,
+        "rope_parameters": {"rope_type": "default", "rope_theta": theta, "partial_rotary_factor": rope,
+                            "mrope_section": [11, 11, 10], "mrope_interleaved": True},
+        "linear_conv_kernel_dim": 4, "linear_key_head_dim": dk, "linear_value_head_dim": dv,
+        "linear_num_key_heads": nk, "linear_num_value_heads": nv,
+        "max_position_embeddings": 262144, "eos_token_id": 248044,
+    }
+    if moe:
+        text.update({"num_experts": experts, "num_experts_per_tok": top_k, "moe_intermediate_size": moe_ff,
+                     "shared_expert_intermediate_size": shared_ff})
+    else:
+        text["intermediate_size"] = d_ff
+    return {
+        "architectures": ["Qwen3_5MoeForConditionalGeneration" if moe else "Qwen3_5ForConditionalGeneration"],
+        "model_type": "qwen3_5_moe" if moe else "qwen3_5", "tie_word_embeddings": tie,
+        "text_config": text, "vision_config": {"depth": 1, "hidden_size": 16, "out_hidden_size": hidden},
+        "torch_dtype": "float32",
+    }
+
+
 def jamba_config(hidden, layers, vocab, heads, kv_heads, d_ff, experts, top_k, d_state=16, attn_period=8,
                  attn_offset=4, expert_period=2, expert_offset=1, tie=False):
     """A JambaConfig with every key transformers writes that the engine reads."""
@@ -395,6 +446,25 @@ PRESETS = {
     "llamba-8b": lambda: llamba_config(4096, 32, 128256, 64, 32, 32, 14336),
     "nemotron-h-tiny": lambda: nemotron_h_config(64, 512, "M*-ME-M", 4, 2, 16, 96, 8, 16, 16, 2,
                                                  n_group=2, topk_group=1),
+    # Qwen3-Next at test size: gated DeltaNet (nv = 2 nk, d_k != d_v) with gated attention at
+    # layers 1 and 3, MoE top-2 of 4 + gated shared expert, layer 2 a dense MLP (mlp_only_layers).
+    "qwen3-next-tiny": lambda: dict(qwen3_next_config(64, 4, 512, 4, 2, 16, 2, 4, 16, 8, 96, 4, 2, 32, 48,
+                                                      interval=2), mlp_only_layers=[2]),
+    # Qwen3.5 at test size: the four-projection DeltaNet (nv = 2 nk, d_k != d_v) with gated
+    # attention at layers 1 and 3; dense SwiGLU (qwen3_5) or MoE top-2 of 4 with stacked experts and
+    # a gated shared expert (qwen3_5_moe). Nested text_config, model.language_model.* names.
+    "qwen3.5-tiny": lambda: qwen3_5_config(64, 4, 512, 4, 2, 16, 2, 4, 16, 8, d_ff=96, interval=2),
+    "qwen3.5-moe-tiny": lambda: qwen3_5_config(64, 4, 512, 4, 2, 16, 2, 4, 16, 8, experts=4, top_k=2, moe_ff=32,
+                                               shared_ff=48, interval=2),
+    # transformers' Qwen3_5TextConfig defaults (its docstring: like Qwen3.5-9B), RoPE base 1e7: for
+    # `plan`, not for tests.
+    "qwen3.5-9b": lambda: qwen3_5_config(4096, 32, 248320, 16, 4, 256, 16, 32, 128, 128, d_ff=12288),
+    # Qwen3_5MoeTextConfig defaults (its docstring: like Qwen3.5-35B-A3B): for `plan`, not for tests.
+    "qwen3.5-35b-a3b": lambda: qwen3_5_config(2048, 40, 248320, 16, 2, 256, 16, 32, 128, 128, experts=256, top_k=8,
+                                              moe_ff=512, shared_ff=512),
+    # Qwen/Qwen3-Next-80B-A3B-Instruct (its published config.json): for `plan`, not for tests.
+    "qwen3-next-80b-a3b": lambda: qwen3_next_config(2048, 48, 151936, 16, 2, 256, 16, 32, 128, 128, 5120, 512, 10,
+                                                    512, 512, theta=10000000.0),
 }
 
 # --------------------------------------------------------------------------------------------
@@ -583,6 +653,21 @@ def mamba_family_specs(cfg, family, embedding_name):
     return specs + tail
 
 
+def gdn_specs(m, H, nk, nv, dk, dv, K):
+    """Tensors of a gated DeltaNet mixer under prefix m (Qwen3-Next linear_attn names; the qkvz and
+    ba rows interleaved per key head as the checkpoints store them)."""
+    if nv % nk != 0:
+        sys.exit("make_test_checkpoint: num_value_heads (%d) must be a multiple of num_key_heads (%d)" % (nv, nk))
+    Kd, Vd = nk * dk, nv * dv
+    return [(m + "in_proj_qkvz.weight", (2 * Kd + 2 * Vd, H), normal(H ** -0.5)),
+            (m + "in_proj_ba.weight", (2 * nv, H), normal(H ** -0.5)),
+            (m + "conv1d.weight", (2 * Kd + Vd, 1, K), normal(K ** -0.5)),
+            (m + "dt_bias", (nv,), dt_bias_init),
+            (m + "A_log", (nv,), a_log_init),
+            (m + "norm.weight", (dv,), NORM_INIT),
+            (m + "out_proj.weight", (H, Vd), normal(Vd ** -0.5))]
+
+
 def hybridlm_specs(cfg):
     """Our block-pattern format (docs/model-format.md)."""
     H = int(cfg["hidden_size"])
@@ -609,6 +694,12 @@ def hybridlm_specs(cfg):
             specs += mamba2_mixer_specs(p + "mixer.", H, I, I // P, G, N, K, proj_bias, conv_bias)
         elif kind == "m2d":
             specs += discrete_mamba2_specs(p + "mixer.", H, I, I // P, G, N, K, proj_bias, conv_bias)
+        elif kind == "gdn":
+            gd = cfg.get("gdn", {})
+            nk = int(gd.get("num_key_heads", 4))
+            dk = int(gd.get("key_head_dim", 16))
+            specs += gdn_specs(p + "mixer.", H, nk, int(gd.get("num_value_heads", nk)), dk,
+                               int(gd.get("value_head_dim", dk)), int(gd.get("conv_kernel_dim", 4)))
         elif kind == "t":
             specs += attention_specs(p + "mixer.", H, heads, kv_heads, hd, bool(att.get("bias", False)),
                                      bool(att.get("qk_norm", False)))
@@ -672,6 +763,106 @@ def jamba_specs(cfg):
         else:
             specs += mlp_specs(p + "feed_forward.", H, F)
     return specs + tail
+
+
+ZERO_NORM_INIT = normal(0.1)  # zero-centred norms (applied as 1 + w)
+
+
+def mtp_specs(H):
+    """A few of the multi-token-prediction head's tensors that Qwen3-Next / Qwen3.5 checkpoints carry
+    and that nobody reads (transformers ignores ^mtp.*): the loader must accept them."""
+    return [("mtp.fc.weight", (H, 2 * H), normal((2 * H) ** -0.5)), ("mtp.norm.weight", (H,), ZERO_NORM_INIT),
+            ("mtp.pre_fc_norm_embedding.weight", (H,), ZERO_NORM_INIT),
+            ("mtp.pre_fc_norm_hidden.weight", (H,), ZERO_NORM_INIT),
+            ("mtp.layers.0.input_layernorm.weight", (H,), ZERO_NORM_INIT)]
+
+
+def gdn_apart_specs(m, H, nk, nv, dk, dv, K):
+    """Qwen3.5's gated DeltaNet: the projections apart and in order (in_proj_qkv = [q | k | v])."""
+    if nv % nk != 0:
+        sys.exit("make_test_checkpoint: num_value_heads (%d) must be a multiple of num_key_heads (%d)" % (nv, nk))
+    Kd, Vd = nk * dk, nv * dv
+    return [(m + "in_proj_qkv.weight", (2 * Kd + Vd, H), normal(H ** -0.5)),
+            (m + "in_proj_z.weight", (Vd, H), normal(H ** -0.5)),
+            (m + "in_proj_b.weight", (nv, H), normal(H ** -0.5)),
+            (m + "in_proj_a.weight", (nv, H), normal(H ** -0.5)),
+            (m + "conv1d.weight", (2 * Kd + Vd, 1, K), normal(K ** -0.5)),
+            (m + "dt_bias", (nv,), dt_bias_init),
+            (m + "A_log", (nv,), a_log_init),
+            (m + "norm.weight", (dv,), NORM_INIT),
+            (m + "out_proj.weight", (H, Vd), normal(Vd ** -0.5))]
+
+
+def qwen3_hybrid_specs(cfg, prefix, variant):
+    """The text model of Qwen3-Next (variant "next") and Qwen3.5 ("3.5" dense, "3.5-moe"), under
+    prefix ("model." or "model.language_model.")."""
+    H, L = int(cfg["hidden_size"]), int(cfg["num_hidden_layers"])
+    tie = bool(cfg.get("tie_word_embeddings", False))
+    specs, tail = head_specs(cfg, tie, prefix + "embed_tokens.weight", prefix + "embed_tokens.weight",
+                             prefix + "norm.weight")
+    tail[0] = (prefix + "norm.weight", (H,), ZERO_NORM_INIT)
+    heads, kv_heads = int(cfg.get("num_attention_heads", 16)), int(cfg.get("num_key_value_heads", 2))
+    hd = int(cfg.get("head_dim", 256))
+    nk, nv = int(cfg.get("linear_num_key_heads", 16)), int(cfg.get("linear_num_value_heads", 32))
+    dk, dv = int(cfg.get("linear_key_head_dim", 128)), int(cfg.get("linear_value_head_dim", 128))
+    K = int(cfg.get("linear_conv_kernel_dim", 4))
+    if variant == "next":
+        E, step = int(cfg.get("num_experts", 512)), int(cfg.get("decoder_sparse_step", 1))
+        only = set(cfg.get("mlp_only_layers") or [])
+    else:
+        E, step, only = (int(cfg.get("num_experts", 256)) if variant == "3.5-moe" else 0), 1, set()
+    interval = int(cfg.get("full_attention_interval", 4))
+    types = cfg.get("layer_types") or ["full_attention" if (i + 1) % interval == 0 else "linear_attention"
+                                       for i in range(L)]
+    for i in range(L):
+        p = prefix + "layers.%d." % i
+        specs.append((p + "input_layernorm.weight", (H,), ZERO_NORM_INIT))
+        if types[i] == "full_attention":
+            a = p + "self_attn."
+            specs += [(a + "q_proj.weight", (2 * heads * hd, H), normal(H ** -0.5)),
+                      (a + "k_proj.weight", (kv_heads * hd, H), normal(H ** -0.5)),
+                      (a + "v_proj.weight", (kv_heads * hd, H), normal(H ** -0.5)),
+                      (a + "o_proj.weight", (H, heads * hd), normal((heads * hd) ** -0.5)),
+                      (a + "q_norm.weight", (hd,), ZERO_NORM_INIT), (a + "k_norm.weight", (hd,), ZERO_NORM_INIT)]
+        elif variant == "next":
+            specs += gdn_specs(p + "linear_attn.", H, nk, nv, dk, dv, K)
+        else:
+            specs += gdn_apart_specs(p + "linear_attn.", H, nk, nv, dk, dv, K)
+        specs.append((p + "post_attention_layernorm.weight", (H,), ZERO_NORM_INIT))
+        f = p + "mlp."
+        if E > 0 and (i + 1) % step == 0 and i not in only:
+            specs.append((f + "gate.weight", (E, H), normal(0.25)))
+            F = int(cfg.get("moe_intermediate_size", 512))
+            if variant == "next":
+                for e in range(E):
+                    specs += mlp_specs(f + "experts.%d." % e, H, F)
+            else:  # stacked: per expert [gate | up] rows, then down
+                specs += [(f + "experts.gate_up_proj", (E, 2 * F, H), normal(H ** -0.5)),
+                          (f + "experts.down_proj", (E, H, F), normal(F ** -0.5))]
+            specs += mlp_specs(f + "shared_expert.", H, int(cfg.get("shared_expert_intermediate_size", 512)))
+            specs.append((f + "shared_expert_gate.weight", (1, H), normal(H ** -0.5)))
+        else:
+            specs += mlp_specs(f, H, int(cfg.get("intermediate_size", 5632)))
+    return specs + tail + mtp_specs(H)
+
+
+def qwen3_next_specs(cfg):
+    """Qwen3NextForCausalLM (research/hf-hybrid.md C.10), with a few unread mtp.* tensors."""
+    return qwen3_hybrid_specs(cfg, "model.", "next")
+
+
+def qwen3_5_specs(cfg):
+    """Qwen3_5(Moe)ForConditionalGeneration's text model (model.language_model.*; a stand-in
+    model.visual.* tensor and mtp.* tensors that are not read) or the text-only ForCausalLM form."""
+    nested = "text_config" in cfg
+    text = dict(cfg["text_config"]) if nested else dict(cfg)
+    if nested:
+        text["tie_word_embeddings"] = cfg.get("tie_word_embeddings", text.get("tie_word_embeddings", False))
+    variant = "3.5-moe" if cfg.get("model_type", "").startswith("qwen3_5_moe") else "3.5"
+    specs = qwen3_hybrid_specs(text, "model.language_model." if nested else "model.", variant)
+    if nested:
+        specs.append(("model.visual.patch_embed.proj.weight", (16, 3, 2, 2, 2), normal(0.1)))
+    return specs
 
 
 def bamba_attention_layers(cfg):
@@ -1018,7 +1209,8 @@ def llamba_specs(cfg):
     return specs
 
 
-HYBRID_SPECS = {"llamba": llamba_specs, "zamba2": zamba2_specs, "falcon_h1": falcon_h1_specs, "granitemoehybrid": granitemoehybrid_specs, "hybridlm": hybridlm_specs, "jamba": jamba_specs, "bamba": bamba_specs, "lfm2": lfm2_specs,
+HYBRID_SPECS = {"qwen3_next": qwen3_next_specs, "qwen3_5": qwen3_5_specs, "qwen3_5_moe": qwen3_5_specs,
+                "qwen3_5_text": qwen3_5_specs, "qwen3_5_moe_text": qwen3_5_specs, "llamba": llamba_specs, "zamba2": zamba2_specs, "falcon_h1": falcon_h1_specs, "granitemoehybrid": granitemoehybrid_specs, "hybridlm": hybridlm_specs, "jamba": jamba_specs, "bamba": bamba_specs, "lfm2": lfm2_specs,
                 "lfm2_moe": lfm2_specs,
                 "zamba": zamba_specs,
                 "nemotron_h": nemotron_h_specs}
@@ -1151,16 +1343,19 @@ def build_config(args):
     if args.config:
         with open(args.config, encoding="utf-8") as f:
             cfg.update(json.load(f))
+    # Qwen3.5's multimodal configs nest the text model's keys: --set, --layers and --vocab go there
+    # (a top-level key such as tie_word_embeddings or text_config itself stays at the top).
+    text = cfg["text_config"] if isinstance(cfg.get("text_config"), dict) else cfg
     for item in args.set:
         key, sep, value = item.partition("=")
         if not sep:
             sys.exit("make_test_checkpoint: --set wants KEY=VALUE, got %r" % item)
-        cfg[key] = parse_value(value)
+        (cfg if key in cfg or key == "text_config" else text)[key] = parse_value(value)
     llamba = cfg.get("model_type") == "llamba"  # LlambaConfig names these keys its own way
     if args.layers is not None:
-        cfg["n_layer" if llamba else "num_hidden_layers"] = args.layers
+        text["n_layer" if llamba else "num_hidden_layers"] = args.layers
     if args.vocab is not None:
-        cfg["vocab_size"] = args.vocab
+        text["vocab_size"] = args.vocab
     if args.tie is not None:
         cfg["tie_embeddings" if llamba else "tie_word_embeddings"] = args.tie
     # Keep derived sizes consistent when --set changed what they derive from.
@@ -1209,14 +1404,15 @@ def main(argv=None):
     cfg = build_config(args)
     if args.tokenizer and args.tokenizer.endswith(".json"):
         max_id = tokenizer_max_id(args.tokenizer)
-        if max_id is not None and max_id >= int(cfg["vocab_size"]):
+        text = cfg["text_config"] if isinstance(cfg.get("text_config"), dict) else cfg  # Qwen3.5 nests it
+        if max_id is not None and max_id >= int(text["vocab_size"]):
             if args.vocab is not None:
                 sys.exit("make_test_checkpoint: tokenizer ids reach %d but --vocab is %d"
                          % (max_id, args.vocab))
             new_vocab = (max_id + 1 + 15) // 16 * 16
             print("make_test_checkpoint: vocab_size %d -> %d to cover the tokenizer"
-                  % (cfg["vocab_size"], new_vocab), file=sys.stderr)
-            cfg["vocab_size"] = new_vocab
+                  % (text["vocab_size"], new_vocab), file=sys.stderr)
+            text["vocab_size"] = new_vocab
 
     specs = tensor_specs(cfg, args.embedding_name)
     os.makedirs(args.out, exist_ok=True)

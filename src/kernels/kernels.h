@@ -35,6 +35,7 @@ struct KernelLimits {
   int d_state = 0;                        // SSM state width N (Mamba-1 and Mamba-2)
   int head_dim = 0, n_groups = 0, ssd_chunk = 0;  // Mamba-2 SSD
   int ssd_chunk_min = 0;  // the shortest SSD chunk (0: ssd_chunk), which has the most checkpoints
+  int gdn_k_dim = 0, gdn_v_dim = 0, gdn_chunk = 0;  // gated delta rule: head dims d_k, d_v, chunk
   // Training: matmul_backward's transposed copies, and its products, whose "tokens" are a
   // weight's rows and whose "weight" is (cols, tokens): the tallest weight bounds them.
   bool backward = false;
@@ -99,6 +100,14 @@ struct SsdDims {
   int head_dim = 0;  // P
   int n_groups = 0;  // G; head h reads group h / (nh / G)
   int d_state = 0;   // N
+};
+
+// Per-layer gated DeltaNet dims used by the gated delta rule kernels.
+struct GdnDims {
+  int n_k_heads = 0;  // nk (query and key heads)
+  int n_v_heads = 0;  // nv, a multiple of nk; value head h reads key head h / (nv / nk)
+  int k_dim = 0;      // dk
+  int v_dim = 0;      // dv
 };
 
 // One attention layer's view of one sequence's paged KV cache. Token j of the sequence lives in
@@ -201,6 +210,8 @@ struct KernelTable {
                         const float*, const float*, const SsdDims&, uint16_t*, float*);
   decltype(&ref::ssd_scan_discrete) ssd_scan_discrete;
   decltype(&ref::ssd_step_discrete) ssd_step_discrete;
+  decltype(&ref::gated_delta_scan) gated_delta_scan;
+  decltype(&ref::gated_delta_step) gated_delta_step;
   void (*softplus)(const KernelContext&, float*, size_t);
   decltype(&ref::embedding) embedding;
   decltype(&ref::rope) rope;

@@ -23,6 +23,7 @@ const char* mixer_kind_name(MixerKind k) {
     case MixerKind::ShortConv: return "short_conv";
     case MixerKind::Mamba2Attention: return "mamba2||attention";
     case MixerKind::Mamba2Discrete: return "mamba2_discrete";
+    case MixerKind::GatedDeltaNet: return "gdn";
   }
   return "?";
 }

@@ -18,8 +18,10 @@ namespace hybridlm {
 // A block's sequence mixer. None: a block that is only a feed-forward (Nemotron-H's MLP layers).
 // Mamba2Attention: Falcon-H1's parallel layer, mamba2(x) + attention(x) on the same input.
 // Mamba2Discrete: the discrete Mamba-2 of MOHAWK / Llamba (Mamba2DiscreteSpec).
-enum class MixerKind { None, Mamba1, Mamba2, Attention, ShortConv, Mamba2Attention, Mamba2Discrete };
-// "none", "mamba1", "mamba2", "attention", "short_conv", "mamba2||attention", "mamba2_discrete"
+// GatedDeltaNet: Qwen3-Next's linear attention with the gated delta rule (GdnSpec).
+enum class MixerKind { None, Mamba1, Mamba2, Attention, ShortConv, Mamba2Attention, Mamba2Discrete, GatedDeltaNet };
+// "none", "mamba1", "mamba2", "attention", "short_conv", "mamba2||attention", "mamba2_discrete",
+// "gdn"
 const char* mixer_kind_name(MixerKind k);
 
 // How Mamba-2's gated RMSNorm groups channels. Grouped (per d_inner / n_groups channels) is the
@@ -79,6 +81,28 @@ struct Mamba2DiscreteSpec {
   int in_proj_dim() const { return 2 * d_inner + 2 * n_groups * d_state + n_heads; }
 };
 
+// Gated DeltaNet (Yang et al. 2024, as in Qwen3-Next): projections of u to q, k (nk heads of dk),
+// v, z (nv heads of dv), b and a (nv); a causal conv (no bias) with SiLU over [q, k, v]; per value
+// head the gated delta rule over l2-normalised q and k with beta = sigmoid(b) and log-decay
+// g = -exp(A_log) softplus(a + dt_bias) (kernels.h: gated_delta_scan); then per value head
+// w * rmsnorm(y) * silu(z) (norm before gate) and out_proj. Value head h reads key head h / (nv / nk).
+// Weights (Qwen3-Next): in_proj_qkvz (2 nk dk + 2 nv dv, H), whose rows come per key head j as
+// [q_j (dk) | k_j (dk) | v of value heads j r .. j r + r - 1 (r dv) | z of the same (r dv)] with
+// r = nv / nk; in_proj_ba (2 nv, H), per key head [b (r) | a (r)]; conv1d.weight (conv_dim, 1, K);
+// dt_bias, A_log (nv); norm.weight (dv); out_proj.weight (H, nv dv). Qwen3.5 (interleaved = false)
+// stores the projections apart and in order instead: in_proj_qkv (2 nk dk + nv dv, H) = [q | k | v],
+// in_proj_z (nv dv, H), in_proj_b (nv, H), in_proj_a (nv, H).
+struct GdnSpec {
+  int n_k_heads = 0, n_v_heads = 0, k_dim = 0, v_dim = 0, d_conv = 4;
+  int chunk_size = 64;
+  float norm_eps = 1e-6f;
+  bool interleaved = true;  // in_proj_qkvz + in_proj_ba (Qwen3-Next), else four projections (Qwen3.5)
+  int key_dim() const { return n_k_heads * k_dim; }
+  int value_dim() const { return n_v_heads * v_dim; }
+  int conv_dim() const { return 2 * key_dim() + value_dim(); }
+  GdnDims dims() const { return {n_k_heads, n_v_heads, k_dim, v_dim}; }
+};
+
 // LFM2's gated short conv: a depthwise causal conv of d_conv taps over B * x, gated by C.
 struct ShortConvSpec {
   int d_conv = 3;
@@ -94,6 +118,10 @@ struct AttentionSpec {
   bool qkv_bias = false, o_bias = false;
   bool qk_norm = false;  // RMSNorm over head_dim on q and k (weights q_norm, k_norm)
   float qk_norm_eps = 1e-6f;
+  float qk_norm_offset = 0.0f;  // the q/k norms multiply by offset + w (Qwen3-Next's zero-centred: 1)
+  // Gated attention (Qwen3-Next): q_proj is (2 x heads x hd, H), each head's rows [hd query | hd
+  // gate]; each head's output is multiplied by sigmoid(gate) before o_proj.
+  bool output_gate = false;
   std::string o_name = "o_proj", q_norm_name = "q_norm", k_norm_name = "k_norm";
   // Falcon-H1's µP: attention(x x in_scale) with k x k_scale (before RoPE), output x out_scale.
   float in_scale = 1.0f, k_scale = 1.0f, out_scale = 1.0f;
@@ -141,10 +169,14 @@ struct FfnSpec {
   std::string router = "router.weight", experts = "experts.";
   std::string correction_bias;  // SigmoidGrouped: "<ffn><correction_bias>" (E), or empty
   bool stacked_experts = false;
+  std::string stacked_suffix = ".weight";  // after a stacked tensor's name; Qwen3.5-MoE: none
   // Added to the MoE output on the same input (Granite shared_mlp, Nemotron-H shared_experts);
   // shared.d_ff == 0: none. shared_prefix is a full tensor-name prefix.
   MlpSpec shared;
   std::string shared_prefix;
+  // The full name of a (1, H) weight w gating the shared MLP per token: shared(x) x sigmoid(x . w)
+  // (Qwen3-Next's shared_expert_gate); empty: ungated.
+  std::string shared_gate;
 };
 
 // Where a block's tensors live in the checkpoint (full prefixes, ending in '.').
@@ -181,6 +213,7 @@ struct BlockSpec {
   Mamba1Spec m1;
   Mamba2Spec m2;
   Mamba2DiscreteSpec m2d;
+  GdnSpec gdn;
   AttentionSpec attn;
   ShortConvSpec conv;
   FfnSpec ffn;
@@ -194,6 +227,9 @@ struct HybridConfig {
   int d_model = 0;
   int vocab_size = 0;
   float norm_eps = 1e-5f;
+  // The block and final RMSNorms multiply by norm_offset + w: 0 (plain), 1 (zero-centred weights,
+  // Qwen3-Next / Qwen3.5's (1 + w)).
+  float norm_offset = 0.0f;
   // The eps of the blocks' norms when it differs from the final norm's (Llamba: 1e-5 in every
   // block whatever norm_epsilon says); unset: norm_eps.
   std::optional<float> block_norm_eps;

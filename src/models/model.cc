@@ -37,6 +37,13 @@ std::vector<TensorEntry> Model::tensors(const HybridConfig& c) {
   return catalog.entries();
 }
 
+// A norm weight as the norm applies it: offset + w (zero-centred norms store w, apply 1 + w).
+static std::vector<float> offset_norm(std::vector<float> w, float offset) {
+  if (offset != 0.0f)
+    for (float& x : w) x += offset;
+  return w;
+}
+
 void Model::load_weights(const TensorSource& r) {
   const HybridConfig& c = cfg_;
   const int64_t H = c.d_model, V = c.vocab_size;
@@ -62,18 +69,18 @@ void Model::load_weights(const TensorSource& r) {
     LayerWeights lw;
     lw.mixer = make_mixer(b, c.d_model);
     if (lw.mixer) {
-      lw.norm = r.vector(n.mixer_norm, {H});
+      lw.norm = offset_norm(r.vector(n.mixer_norm, {H}), c.norm_offset);
       lw.mixer->load(r);
     }
     if (b.shared_block >= 0)
       lw.zamba = load_zamba2_layer(r, shared_[b.shared_block].prefix, n.mixer2, c.shared, b.adapter, c.d_model);
     if (b.ffn.kind != FfnKind::None) {
-      lw.ffn_norm = r.vector(n.ffn_norm, {H});
+      lw.ffn_norm = offset_norm(r.vector(n.ffn_norm, {H}), c.norm_offset);
       lw.ffn = load_ffn(r, n.ffn, b.ffn, c.d_model);
     }
     layers_.push_back(std::move(lw));
   }
-  norm_f_ = r.vector(c.final_norm_name, {H});
+  norm_f_ = offset_norm(r.vector(c.final_norm_name, {H}), c.norm_offset);
   if (!c.tie_embeddings) lm_head_ = r.matrix(c.lm_head_name, {V, H});
 }
 

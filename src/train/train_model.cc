@@ -86,6 +86,7 @@ void TrainModel::check_supported() const {
   };
   if (c.embedding_multiplier != 1.0f || c.residual_multiplier != 1.0f || c.logits_multiplier != 1.0f)
     refuse(c.family + "'s embedding/residual/logits multipliers");
+  if (c.norm_offset != 0.0f) refuse("zero-centred (1 + w) norms (" + c.family + ")");
   for (const BlockSpec& b : c.blocks) {
     if (b.shared_block >= 0) refuse("a shared attention block (" + c.family + ")");
     if (b.ffn.kind == FfnKind::Moe) refuse("a mixture of experts");
@@ -111,6 +112,7 @@ void TrainModel::check_supported() const {
       case MixerKind::Attention: {
         const AttentionSpec& s = b.attn;
         if (s.in_scale != 1.0f || s.k_scale != 1.0f || s.out_scale != 1.0f) refuse("attention multipliers");
+        if (s.output_gate || s.qk_norm_offset != 0.0f) refuse("gated attention (" + c.family + ")");
         break;
       }
       case MixerKind::Mamba2Discrete:

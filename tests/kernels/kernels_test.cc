@@ -570,6 +570,140 @@ TEST_F(Kernels, SsdDiscreteStepsContinueTheChunkedScan) {
   }
 }
 
+// Independent oracle for the gated delta rule, in double straight from the Qwen3-Next recurrence
+// (per value head; q, k l2-normalised with eps 1e-6, q scaled by dk^-1/2):
+// S <- exp(g) S; delta = beta (v - S^T k); S <- S + k delta^T; y = S^T q.
+void gdn_sequential(const float* q, const float* k, int ld_qk, const float* v, int ld_v, const float* g,
+                    const float* beta, const GdnDims& dm, std::vector<double>& S, int T, std::vector<double>& y) {
+  const int nv = dm.n_v_heads, dk = dm.k_dim, dv = dm.v_dim, rep = nv / dm.n_k_heads;
+  y.assign(static_cast<size_t>(T) * nv * dv, 0);
+  std::vector<double> kn(dk), qn(dk), delta(dv);
+  for (int t = 0; t < T; ++t)
+    for (int h = 0; h < nv; ++h) {
+      const size_t off = static_cast<size_t>(t) * ld_qk + static_cast<size_t>(h / rep) * dk;
+      double sk = 0, sq = 0;
+      for (int d = 0; d < dk; ++d) {
+        sk += static_cast<double>(k[off + d]) * k[off + d];
+        sq += static_cast<double>(q[off + d]) * q[off + d];
+      }
+      for (int d = 0; d < dk; ++d) {
+        kn[d] = k[off + d] / std::sqrt(sk + 1e-6);
+        qn[d] = q[off + d] / std::sqrt(sq + 1e-6) / std::sqrt(static_cast<double>(dk));
+      }
+      double* Sh = S.data() + static_cast<size_t>(h) * dk * dv;
+      const double decay = std::exp(static_cast<double>(g[t * nv + h]));
+      for (size_t i = 0; i < static_cast<size_t>(dk) * dv; ++i) Sh[i] *= decay;
+      for (int e = 0; e < dv; ++e) {
+        double kv = 0;
+        for (int d = 0; d < dk; ++d) kv += Sh[d * dv + e] * kn[d];
+        delta[e] = beta[t * nv + h] * (v[static_cast<size_t>(t) * ld_v + h * dv + e] - kv);
+      }
+      for (int d = 0; d < dk; ++d)
+        for (int e = 0; e < dv; ++e) Sh[d * dv + e] += kn[d] * delta[e];
+      for (int e = 0; e < dv; ++e) {
+        double acc = 0;
+        for (int d = 0; d < dk; ++d) acc += Sh[d * dv + e] * qn[d];
+        y[(static_cast<size_t>(t) * nv + h) * dv + e] = acc;
+      }
+    }
+}
+
+// Inputs of the gated delta rule over T steps as the mixer lays them out: one row per step
+// [q (nk*dk) | k (nk*dk) | v (nv*dv) | 3 spare], g = -exp(A_log) softplus(a + dt_bias) with A in
+// [0.1, 16] (decays from ~1 to ~e^-50 per step) and beta = sigmoid(b).
+struct GdnInputs {
+  std::vector<float> row, g, beta;
+  int ld = 0;
+};
+GdnInputs gdn_inputs(const GdnDims& dm, int T, uint64_t seed) {
+  GdnInputs in;
+  const int nv = dm.n_v_heads;
+  in.ld = 2 * dm.n_k_heads * dm.k_dim + nv * dm.v_dim + 3;
+  in.row = randn(static_cast<size_t>(T) * in.ld, seed);
+  const auto A = uniform(nv, seed + 1, 0.1f, 16.0f);
+  const auto a = randn(static_cast<size_t>(T) * nv, seed + 2, 2.0f);
+  const auto b = randn(static_cast<size_t>(T) * nv, seed + 3, 2.0f);
+  in.g.resize(a.size());
+  in.beta.resize(b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    in.g[i] = -A[i % nv] * ref::softplus(a[i]);
+    in.beta[i] = 1.0f / (1.0f + std::exp(-b[i]));
+  }
+  return in;
+}
+
+// {nk, nv, dk, dv}: one head, grouped value heads (nv = 2 nk, 4 nk), d_k != d_v, ragged dims.
+const GdnDims kGdnShapes[] = {{1, 1, 8, 8}, {2, 4, 16, 8}, {1, 4, 12, 20}, {2, 2, 33, 17}};
+
+TEST_F(Kernels, GatedDeltaRefAndChunkedCpuEqualTheSequentialRecurrence) {
+  double worst_ref = 0, worst_cpu = 0;
+  for (const GdnDims& dm : kGdnShapes) {
+    // Chunk remainders (1, 63, 65, 130) and several whole chunks (128, 192), from a non-zero state.
+    for (int T : {1, 5, 63, 64, 65, 128, 130, 192}) {
+      for (int chunk : {64, 16}) {
+        SCOPED_TRACE("nk=" + std::to_string(dm.n_k_heads) + " nv=" + std::to_string(dm.n_v_heads) +
+                     " dk=" + std::to_string(dm.k_dim) + " T=" + std::to_string(T) + " chunk=" + std::to_string(chunk));
+        const GdnInputs in = gdn_inputs(dm, T, 150 + T);
+        const int nkd = dm.n_k_heads * dm.k_dim, nvd = dm.n_v_heads * dm.v_dim;
+        const float *q = in.row.data(), *k = q + nkd, *v = k + nkd;
+        const size_t sn = static_cast<size_t>(dm.n_v_heads) * dm.k_dim * dm.v_dim;
+        const auto S0 = randn(sn, 151, 0.5f);
+        std::vector<double> Sd(S0.begin(), S0.end()), yd;
+        gdn_sequential(q, k, in.ld, v, in.ld, in.g.data(), in.beta.data(), dm, Sd, T, yd);
+        const std::vector<float> yd32(yd.begin(), yd.end()), Sd32(Sd.begin(), Sd.end());
+        auto Sr = S0, Sc = S0;
+        Out yr(static_cast<size_t>(T) * nvd), yc(static_cast<size_t>(T) * nvd);
+        ref::gated_delta_scan(ref_ctx, q, k, in.ld, v, in.ld, in.g.data(), in.beta.data(), dm, chunk, Sr.data(), T,
+                              yr.data());
+        cpu::gated_delta_scan(ctx, q, k, in.ld, v, in.ld, in.g.data(), in.beta.data(), dm, chunk, Sc.data(), T,
+                              yc.data());
+        const double er = std::max(rel_err(yr.data(), yd32.data(), yr.n), rel_err(Sr.data(), Sd32.data(), sn));
+        const double ec = std::max(rel_err(yc.data(), yd32.data(), yc.n), rel_err(Sc.data(), Sd32.data(), sn));
+        EXPECT_LT(er, tol::kGdnRefVsF64) << "ref vs float64";
+        EXPECT_LT(ec, tol::kGdnScan) << "cpu chunked vs float64";
+        worst_ref = std::max(worst_ref, er);
+        worst_cpu = std::max(worst_cpu, ec);
+        yr.expect_guard();
+        yc.expect_guard();
+      }
+    }
+  }
+  std::printf("gated delta vs float64 recurrence: ref %.2e, cpu chunked %.2e\n", worst_ref, worst_cpu);
+}
+
+// Decode from the state a chunked prefill left equals the scan over the whole sequence (prefill
+// k tokens, then one step at a time), on both kernel sets; a single step agrees between them.
+TEST_F(Kernels, GatedDeltaStepsContinueTheChunkedScan) {
+  for (const GdnDims& dm : kGdnShapes) {
+    const int T = 77, nkd = dm.n_k_heads * dm.k_dim, nvd = dm.n_v_heads * dm.v_dim;
+    const GdnInputs in = gdn_inputs(dm, T, 160);
+    const float *q = in.row.data(), *k = q + nkd, *v = k + nkd;
+    const size_t sn = static_cast<size_t>(dm.n_v_heads) * dm.k_dim * dm.v_dim;
+    const auto S0 = randn(sn, 161, 0.5f);
+    std::vector<double> Sd(S0.begin(), S0.end()), yd;
+    gdn_sequential(q, k, in.ld, v, in.ld, in.g.data(), in.beta.data(), dm, Sd, T, yd);
+    const std::vector<float> want(yd.begin(), yd.end());
+    for (const KernelTable* ops : {&ref_kernels(), &cpu_kernels()}) {
+      const KernelContext& c = ops == &ref_kernels() ? ref_ctx : ctx;
+      for (int split : {0, 1, 64, 70}) {
+        SCOPED_TRACE(std::string(ops->name) + " nv=" + std::to_string(dm.n_v_heads) + " split=" + std::to_string(split));
+        auto S = S0;
+        std::vector<float> y(static_cast<size_t>(T) * nvd);
+        if (split > 0)
+          ops->gated_delta_scan(c, q, k, in.ld, v, in.ld, in.g.data(), in.beta.data(), dm, 64, S.data(), split,
+                                y.data());
+        for (int t = split; t < T; ++t) {
+          const size_t r = static_cast<size_t>(t) * in.ld;
+          ops->gated_delta_step(c, q + r, k + r, v + r, in.g.data() + static_cast<size_t>(t) * dm.n_v_heads,
+                                in.beta.data() + static_cast<size_t>(t) * dm.n_v_heads, dm, S.data(),
+                                y.data() + static_cast<size_t>(t) * nvd);
+        }
+        EXPECT_LT(rel_err(y.data(), want.data(), want.size()), tol::kGdnScan);
+      }
+    }
+  }
+}
+
 // The inputs of one decode step: row = [x (nh*P) | B (G*N) | C (G*N)], dt, A and D per head.
 struct StepInputs {
   std::vector<float> row, dt, A, D;

@@ -4,7 +4,9 @@
 #include <cmath>
 
 #include "base/error.h"
+#include "cache/hybrid_cache.h"
 #include "models/config.h"
+#include "models/plan.h"
 
 namespace hybridlm {
 namespace {
@@ -394,7 +396,7 @@ TEST(Config, HybridlmBlockPattern) {
   json j = base;
   j["block_pattern"] = {"m2", "x", "t"};
   EXPECT_NE(error_of(j).find("block_pattern[1] = \"x\": unknown block kind (use m = Mamba-1, m2 = Mamba-2, "
-                            "m2d = discrete Mamba-2, t = attention)"),
+                            "m2d = discrete Mamba-2, gdn = gated DeltaNet, t = attention)"),
             std::string::npos)
       << error_of(j);
   j = base;
@@ -440,6 +442,229 @@ TEST(Config, HybridlmDiscreteMamba2Blocks) {
   j["ssm"]["n_groups"] = 3;
   EXPECT_NE(error_of(j).find("ssm: n_groups = 3: must divide the discrete Mamba-2 head count 8"), std::string::npos)
       << error_of(j);
+}
+
+TEST(Config, HybridlmGatedDeltaNetBlocks) {
+  json j = {{"model_type", "hybridlm"},
+            {"hidden_size", 64},
+            {"vocab_size", 100},
+            {"block_pattern", {"gdn", "t"}},
+            {"gdn", {{"num_key_heads", 2}, {"num_value_heads", 6}, {"key_head_dim", 16}, {"value_head_dim", 8}}}};
+  const HybridConfig c = parse_config(j, "config.json");
+  EXPECT_EQ(c.layer_pattern(), "gdn x1, attention x1");
+  const GdnSpec& g = c.blocks[0].gdn;
+  EXPECT_EQ(g.conv_dim(), 2 * 2 * 16 + 6 * 8);
+  EXPECT_EQ(g.d_conv, 4);
+  EXPECT_EQ(g.chunk_size, 64);
+  j["gdn"]["num_value_heads"] = 5;
+  EXPECT_NE(error_of(j).find("gdn: num_value_heads = 5: must be a multiple of num_key_heads = 2"), std::string::npos)
+      << error_of(j);
+}
+
+// Qwen/Qwen3-Next-80B-A3B-Instruct's config.json (research/hf-hybrid.md C.10).
+json qwen3_next_80b() {
+  return {{"architectures", {"Qwen3NextForCausalLM"}},
+          {"model_type", "qwen3_next"},
+          {"hidden_size", 2048},
+          {"num_hidden_layers", 48},
+          {"vocab_size", 151936},
+          {"num_attention_heads", 16},
+          {"num_key_value_heads", 2},
+          {"head_dim", 256},
+          {"intermediate_size", 5120},
+          {"rms_norm_eps", 1e-6},
+          {"rope_theta", 10000000},
+          {"partial_rotary_factor", 0.25},
+          {"full_attention_interval", 4},
+          {"linear_conv_kernel_dim", 4},
+          {"linear_key_head_dim", 128},
+          {"linear_value_head_dim", 128},
+          {"linear_num_key_heads", 16},
+          {"linear_num_value_heads", 32},
+          {"decoder_sparse_step", 1},
+          {"num_experts", 512},
+          {"num_experts_per_tok", 10},
+          {"moe_intermediate_size", 512},
+          {"shared_expert_intermediate_size", 512},
+          {"norm_topk_prob", true},
+          {"mlp_only_layers", json::array()},
+          {"tie_word_embeddings", false}};
+}
+
+TEST(Config, Qwen3NextPatternNamesAndQuirks) {
+  const HybridConfig c = parse_config(qwen3_next_80b(), "config.json");
+  EXPECT_EQ(c.family, "qwen3_next");
+  EXPECT_EQ(c.layer_pattern(), "(gdn+moe, gdn+moe, gdn+moe, attention+moe) x12");
+  EXPECT_FLOAT_EQ(c.norm_offset, 1.0f);
+  const BlockSpec& lin = c.blocks[0];
+  const BlockSpec& att = c.blocks[3];
+  EXPECT_EQ(lin.mixer, MixerKind::GatedDeltaNet);
+  EXPECT_EQ(att.mixer, MixerKind::Attention);
+  EXPECT_EQ(lin.gdn.n_k_heads, 16);
+  EXPECT_EQ(lin.gdn.n_v_heads, 32);
+  EXPECT_EQ(lin.gdn.conv_dim(), 2 * 16 * 128 + 32 * 128);
+  EXPECT_TRUE(att.attn.output_gate);
+  EXPECT_TRUE(att.attn.qk_norm);
+  EXPECT_FLOAT_EQ(att.attn.qk_norm_offset, 1.0f);
+  EXPECT_EQ(att.attn.rope_dim, 64);  // 0.25 x 256
+  EXPECT_FLOAT_EQ(att.attn.rope_theta, 1e7f);
+  EXPECT_EQ(lin.ffn.kind, FfnKind::Moe);
+  EXPECT_EQ(lin.ffn.n_experts, 512);
+  EXPECT_EQ(lin.ffn.top_k, 10);
+  EXPECT_TRUE(lin.ffn.renormalize);
+  EXPECT_EQ(lin.ffn.router, "gate.weight");
+  EXPECT_EQ(lin.ffn.shared_prefix, "model.layers.0.mlp.shared_expert.");
+  EXPECT_EQ(lin.ffn.shared_gate, "model.layers.0.mlp.shared_expert_gate.weight");
+  EXPECT_EQ(lin.names.mixer, "model.layers.0.linear_attn.");
+  EXPECT_EQ(att.names.mixer, "model.layers.3.self_attn.");
+  EXPECT_EQ(lin.names.ffn_norm, "model.layers.0.post_attention_layernorm.weight");
+
+  json j = qwen3_next_80b();  // layer_types, mlp_only_layers, dense layers
+  j["num_hidden_layers"] = 3;
+  j["layer_types"] = {"full_attention", "linear_attention", "linear_attention"};
+  j["mlp_only_layers"] = {1};
+  j["decoder_sparse_step"] = 1;
+  const HybridConfig d = parse_config(j, "config.json");
+  EXPECT_EQ(d.blocks[0].mixer, MixerKind::Attention);
+  EXPECT_EQ(d.blocks[1].ffn.kind, FfnKind::Mlp);
+  EXPECT_EQ(d.blocks[1].ffn.mlp.d_ff, 5120);
+  EXPECT_EQ(d.blocks[2].ffn.kind, FfnKind::Moe);
+  j["num_experts"] = 0;
+  EXPECT_EQ(parse_config(j, "config.json").blocks[2].ffn.kind, FfnKind::Mlp);
+
+  j = qwen3_next_80b();
+  j["linear_num_value_heads"] = 24;
+  EXPECT_NE(error_of(j).find("linear_num_value_heads = 24: must be a multiple of linear_num_key_heads = 16"),
+            std::string::npos)
+      << error_of(j);
+  j = qwen3_next_80b();
+  j["mlp_only_layers"] = {48};
+  EXPECT_NE(error_of(j).find("mlp_only_layers"), std::string::npos) << error_of(j);
+  j = qwen3_next_80b();
+  j["num_experts_per_tok"] = 600;
+  EXPECT_NE(error_of(j).find("num_experts_per_tok"), std::string::npos) << error_of(j);
+}
+
+// The `plan` figure of Qwen3-Next-80B-A3B from its published config, by hand: 36 gated DeltaNet
+// layers keep a conv state of 3 rows x (2 x 16 x 128 + 32 x 128) channels and a delta state of
+// 32 x 128 x 128, in f32: 36 x (98,304 + 2,097,152) = 79,036,416 bytes (75.4 MiB) per sequence;
+// 12 attention layers keep K and V of 2 heads x 256 per token: 12 x 2 x 512 x 2 bytes = 24 KiB
+// per token at bf16.
+TEST(Config, Qwen3NextPlanFigure) {
+  const HybridConfig c = parse_config(qwen3_next_80b(), "config.json");
+  const std::vector<LayerCacheSpec> specs = cache_specs(c);
+  const CacheFootprint f32 = cache_footprint(specs, DType::F32, DType::BF16);
+  EXPECT_EQ(f32.conv_per_sequence, 36u * 3 * 8192 * 4);
+  EXPECT_EQ(f32.ssm_per_sequence, 36u * 32 * 128 * 128 * 4);
+  EXPECT_EQ(f32.state_per_sequence(), 79036416u);
+  EXPECT_EQ(f32.kv_per_token, 24576u);
+}
+
+// A Qwen3_5MoeForConditionalGeneration config as the multimodal checkpoints write it: the text
+// model's keys in text_config (transformers' Qwen3_5MoeTextConfig defaults, its docstring's
+// Qwen3.5-35B-A3B shape), tie_word_embeddings at the top.
+json qwen3_5_moe_35b() {
+  return {{"architectures", {"Qwen3_5MoeForConditionalGeneration"}},
+          {"model_type", "qwen3_5_moe"},
+          {"tie_word_embeddings", false},
+          {"vision_config", {{"depth", 27}, {"hidden_size", 1152}}},
+          {"text_config",
+           {{"model_type", "qwen3_5_moe_text"},
+            {"hidden_size", 2048},
+            {"num_hidden_layers", 40},
+            {"vocab_size", 248320},
+            {"num_attention_heads", 16},
+            {"num_key_value_heads", 2},
+            {"head_dim", 256},
+            {"rms_norm_eps", 1e-6},
+            {"full_attention_interval", 4},
+            {"rope_parameters",
+             {{"rope_type", "default"},
+              {"rope_theta", 10000000},
+              {"partial_rotary_factor", 0.25},
+              {"mrope_section", {11, 11, 10}},
+              {"mrope_interleaved", true}}},
+            {"linear_conv_kernel_dim", 4},
+            {"linear_key_head_dim", 128},
+            {"linear_value_head_dim", 128},
+            {"linear_num_key_heads", 16},
+            {"linear_num_value_heads", 32},
+            {"num_experts", 256},
+            {"num_experts_per_tok", 8},
+            {"moe_intermediate_size", 512},
+            {"shared_expert_intermediate_size", 512},
+            {"eos_token_id", 248044}}}};
+}
+
+TEST(Config, Qwen3_5MoeNestedKeysNamesAndQuirks) {
+  const HybridConfig c = parse_config(qwen3_5_moe_35b(), "config.json");
+  EXPECT_EQ(c.family, "qwen3_5_moe");
+  EXPECT_EQ(c.layer_pattern(), "(gdn+moe, gdn+moe, gdn+moe, attention+moe) x10");
+  EXPECT_EQ(c.vocab_size, 248320);
+  EXPECT_FLOAT_EQ(c.norm_offset, 1.0f);
+  EXPECT_EQ(c.eos_token_id, 248044);
+  EXPECT_FALSE(c.bos_token_id.has_value());  // transformers: None
+  EXPECT_EQ(c.embedding_name, "model.language_model.embed_tokens.weight");
+  EXPECT_EQ(c.final_norm_name, "model.language_model.norm.weight");
+  const BlockSpec& lin = c.blocks[0];
+  const BlockSpec& att = c.blocks[3];
+  EXPECT_EQ(lin.mixer, MixerKind::GatedDeltaNet);
+  EXPECT_FALSE(lin.gdn.interleaved);
+  EXPECT_EQ(lin.names.mixer, "model.language_model.layers.0.linear_attn.");
+  EXPECT_EQ(att.names.mixer, "model.language_model.layers.3.self_attn.");
+  EXPECT_TRUE(att.attn.output_gate);
+  EXPECT_EQ(att.attn.rope_dim, 64);  // 0.25 x 256 from rope_parameters
+  EXPECT_FLOAT_EQ(att.attn.rope_theta, 1e7f);
+  EXPECT_EQ(lin.ffn.kind, FfnKind::Moe);
+  EXPECT_EQ(lin.ffn.n_experts, 256);
+  EXPECT_EQ(lin.ffn.top_k, 8);
+  EXPECT_TRUE(lin.ffn.renormalize);  // always: Qwen3.5-MoE has no norm_topk_prob
+  EXPECT_TRUE(lin.ffn.stacked_experts);
+  EXPECT_EQ(lin.ffn.mlp.up, "experts.gate_up_proj");
+  EXPECT_EQ(lin.ffn.stacked_suffix, "");
+  EXPECT_EQ(lin.ffn.shared_gate, "model.language_model.layers.0.mlp.shared_expert_gate.weight");
+
+  json j = qwen3_5_moe_35b();  // the tie at the top wins; the text-only form reads flat keys
+  j["tie_word_embeddings"] = true;
+  EXPECT_TRUE(parse_config(j, "config.json").tie_embeddings);
+  json flat = qwen3_5_moe_35b()["text_config"];
+  flat["architectures"] = {"Qwen3_5MoeForCausalLM"};
+  const HybridConfig t = parse_config(flat, "config.json");
+  EXPECT_EQ(t.embedding_name, "model.embed_tokens.weight");
+  EXPECT_EQ(t.blocks[0].names.mixer, "model.layers.0.linear_attn.");
+  EXPECT_EQ(t.n_layers(), 40);
+
+  j = qwen3_5_moe_35b();
+  j["text_config"]["num_experts"] = 0;
+  EXPECT_NE(error_of(j).find("text_config: num_experts = 0: must be in [1, 4096]"), std::string::npos) << error_of(j);
+  j = qwen3_5_moe_35b();
+  j["text_config"]["linear_num_value_heads"] = 24;
+  EXPECT_NE(error_of(j).find("text_config: linear_num_value_heads = 24"), std::string::npos) << error_of(j);
+  j = qwen3_5_moe_35b();
+  j["text_config"] = 3;
+  EXPECT_NE(error_of(j).find("text_config"), std::string::npos) << error_of(j);
+}
+
+// Dense Qwen3.5 (transformers' Qwen3_5TextConfig defaults: its docstring's Qwen3.5-9B shape),
+// read from an otherwise empty text_config; and its plan figure by hand: 24 gated DeltaNet layers
+// of conv 3 x (2 x 16 x 128 + 32 x 128) and delta state 32 x 128 x 128 in f32 = 24 x (98,304 +
+// 2,097,152) = 52,690,944 bytes per sequence; 8 attention layers of K and V of 4 heads x 256 per
+// token at bf16 = 8 x 2 x 1024 x 2 = 32 KiB per token.
+TEST(Config, Qwen3_5DenseDefaultsAndPlanFigure) {
+  const json j = {{"architectures", {"Qwen3_5ForConditionalGeneration"}},
+                  {"model_type", "qwen3_5"},
+                  {"text_config", json::object()}};
+  const HybridConfig c = parse_config(j, "config.json");
+  EXPECT_EQ(c.family, "qwen3_5");
+  EXPECT_EQ(c.layer_pattern(), "(gdn+mlp, gdn+mlp, gdn+mlp, attention+mlp) x8");
+  EXPECT_EQ(c.d_model, 4096);
+  EXPECT_EQ(c.blocks[0].ffn.mlp.d_ff, 12288);
+  EXPECT_EQ(c.blocks[3].attn.n_kv_heads, 4);
+  EXPECT_EQ(c.blocks[3].attn.head_dim, 256);
+  EXPECT_FALSE(c.tie_embeddings);
+  const CacheFootprint f = cache_footprint(cache_specs(c), DType::F32, DType::BF16);
+  EXPECT_EQ(f.state_per_sequence(), 52690944u);
+  EXPECT_EQ(f.kv_per_token, 32768u);
 }
 
 // cartesia-ai/Llamba-3B's config.json (research/ssm-math-serving-training.md A.4).

@@ -25,10 +25,10 @@ std::filesystem::path fixtures() {
 }
 
 const char* kModels[] = {"mamba1", "falcon_mamba", "mamba2_g2", "mamba2_bf16", "hybridlm", "hybridlm_var", "jamba", "bamba", "lfm2", "nemotron_h", "granite", "falcon_h1", "zamba2", "hybridlm_attn", "llamba", "hybridlm_m2d",
-                           "lfm2_moe", "zamba"};
+                           "lfm2_moe", "zamba", "hybridlm_gdn", "qwen3_next", "qwen3_5", "qwen3_5_moe"};
 // The fixtures with attention layers (a KV cache): every family that has one.
 const char* kAttentionModels[] = {"hybridlm", "hybridlm_var", "jamba", "bamba", "lfm2", "nemotron_h", "granite", "falcon_h1", "zamba2", "hybridlm_attn", "hybridlm_m2d",
-                                   "lfm2_moe", "zamba"};
+                                   "lfm2_moe", "zamba", "hybridlm_gdn", "qwen3_next", "qwen3_5", "qwen3_5_moe"};
 
 std::vector<int32_t> random_ids(int n, int vocab, uint64_t seed) {
   std::mt19937_64 rng(seed);
@@ -532,7 +532,11 @@ TEST_P(ModelInvariants, Q8WeightsTrackF32) {
   std::printf("%s: q8_0 vs f32 logits %.2e\n", model(), err);
   const bool discrete = std::string(model()) == "llamba" || std::string(model()) == "hybridlm_m2d";
   const bool routed = std::string(model()) == "lfm2_moe";
-  EXPECT_LT(err, discrete ? tol::kQ8ModelDiscreteMamba2 : routed ? tol::kQ8ModelRoutedMoe : tol::kQ8Model);
+  const bool gdn = std::string(model()) == "hybridlm_gdn" || std::string(model()).rfind("qwen3", 0) == 0;
+  EXPECT_LT(err, discrete ? tol::kQ8ModelDiscreteMamba2
+                 : routed ? tol::kQ8ModelRoutedMoe
+                 : gdn    ? tol::kQ8ModelGatedDeltaNet
+                          : tol::kQ8Model);
   EXPECT_NE(got, want) << "q8_0 should round something";
   const std::vector<float> split = prefill_then_decode(q8, ids, 11);
   const double split_err = rel_err(split.data(), got.data(), got.size());

@@ -169,6 +169,95 @@ def attention(w, p, u, H, heads, kv_heads, hd, rot, theta, scale=None, bias=Fals
     return linear(y.reshape(T, heads * hd), w(p + o_name + ".weight", (out_dim or H, heads * hd)))
 
 
+def gdn_split(qkvz, ba, nk, nv, dk, dv):
+    """Qwen3-Next's interleaved projections (modeling_qwen3_next fix_query_key_value_ordering):
+    qkvz rows per key head j are [q_j (dk) | k_j (dk) | v (r dv) | z (r dv)] with r = nv / nk, the v
+    and z blocks holding value heads j r .. j r + r - 1; ba rows per key head are [b (r) | a (r)]."""
+    T, r = qkvz.shape[0], nv // nk
+    g = qkvz.reshape(T, nk, 2 * dk + 2 * r * dv)
+    q, k = g[:, :, :dk], g[:, :, dk:2 * dk]
+    v = g[:, :, 2 * dk:2 * dk + r * dv].reshape(T, nv, dv)
+    z = g[:, :, 2 * dk + r * dv:].reshape(T, nv, dv)
+    bag = ba.reshape(T, nk, 2 * r)
+    return q, k, v, z, bag[:, :, :r].reshape(T, nv), bag[:, :, r:].reshape(T, nv)
+
+
+def gated_delta_rule(q, k, v, g, beta, S=None):
+    """The gated delta rule as its recurrence (Yang et al. 2024; Qwen3-Next's
+    torch_recurrent_gated_delta_rule), one step at a time. q, k: (T, nv, dk) already per value head,
+    v: (T, nv, dv), g (log-decay), beta: (T, nv). q and k are l2-normalised (x / sqrt(sum x^2 +
+    1e-6)), q scaled by dk^-1/2; per head S <- exp(g) S; delta = beta (v - S^T k); S <- S + k delta^T;
+    o = S^T q. Returns o: (T, nv, dv) and the final S: (nv, dk, dv)."""
+    T, nv, dk = q.shape
+    dv = v.shape[2]
+    q = q / np.sqrt(np.sum(q * q, axis=-1, keepdims=True) + 1e-6) / math.sqrt(dk)
+    k = k / np.sqrt(np.sum(k * k, axis=-1, keepdims=True) + 1e-6)
+    S = np.zeros((nv, dk, dv)) if S is None else S.copy()
+    o = np.zeros((T, nv, dv))
+    for t in range(T):
+        for h in range(nv):
+            S[h] *= math.exp(g[t, h])
+            delta = beta[t, h] * (v[t, h] - S[h].T @ k[t, h])
+            S[h] += np.outer(k[t, h], delta)
+            o[t, h] = S[h].T @ q[t, h]
+    return o, S
+
+
+def gated_delta_rule_chunked(q, k, v, g, beta, chunk, S=None):
+    """The same rule in the chunked WY / UT-transform form (Yang et al. 2024, sec. 3; FLA's
+    chunk_gated_delta_rule): within a chunk with cumulative log-decay c, the new values U solve
+    (I + A) U = beta (v - exp(c) S0^T k), A_ij = beta_i exp(c_i - c_j) k_i.k_j (j < i); then
+    o = exp(c) S0^T q + (exp(c_i - c_j) q_i.k_j)_{j<=i} U and S = exp(c_last) S0 + sum_j
+    exp(c_last - c_j) k_j u_j^T. Checked against the recurrence in test_reference.py."""
+    T, nv, dk = q.shape
+    dv = v.shape[2]
+    q = q / np.sqrt(np.sum(q * q, axis=-1, keepdims=True) + 1e-6) / math.sqrt(dk)
+    k = k / np.sqrt(np.sum(k * k, axis=-1, keepdims=True) + 1e-6)
+    S = np.zeros((nv, dk, dv)) if S is None else S.copy()
+    o = np.zeros((T, nv, dv))
+    for h in range(nv):
+        for c0 in range(0, T, chunk):
+            sl = slice(c0, min(T, c0 + chunk))
+            Q = sl.stop - c0
+            qc, kc, vc, bc = q[sl, h], k[sl, h], v[sl, h], beta[sl, h]
+            c = np.cumsum(g[sl, h])
+            decay = np.exp(np.tril(c[:, None] - c[None, :]))
+            A = np.tril(bc[:, None] * decay * (kc @ kc.T), -1)
+            R = bc[:, None] * (vc - np.exp(c)[:, None] * (kc @ S[h]))
+            U = np.linalg.solve(np.eye(Q) + A, R)
+            o[sl, h] = np.exp(c)[:, None] * (qc @ S[h]) + (np.tril(decay) * (qc @ kc.T)) @ U
+            S[h] = math.exp(c[-1]) * S[h] + (kc * np.exp(c[-1] - c)[:, None]).T @ U
+    return o, S
+
+
+def gated_deltanet(w, p, u, H, nk, nv, dk, dv, K, eps, interleaved=True):
+    """Qwen3NextGatedDeltaNet (hf-hybrid.md C.10) on u: (T, H): interleaved in_proj_qkvz / in_proj_ba
+    (Qwen3-Next) or Qwen3_5GatedDeltaNet's four projections in order (in_proj_qkv = [q | k | v],
+    in_proj_z, in_proj_b, in_proj_a), causal conv (no bias) + SiLU over [q, k, v], beta =
+    sigmoid(b), g = -exp(A_log) softplus(a + dt_bias), q and k repeated to the nv value heads
+    (repeat_interleave: value head h reads key head h // (nv / nk)), the gated delta rule, then per
+    value head norm.weight * rmsnorm(o) * silu(z) (norm before gate) and out_proj."""
+    T, Kd, Vd, r = u.shape[0], nk * dk, nv * dv, nv // nk
+    if interleaved:
+        qkvz = linear(u, w(p + "in_proj_qkvz.weight", (2 * Kd + 2 * Vd, H)))
+        ba = linear(u, w(p + "in_proj_ba.weight", (2 * nv, H)))
+        q, k, v, z, b, a = gdn_split(qkvz, ba, nk, nv, dk, dv)
+        mixed = np.concatenate([q.reshape(T, Kd), k.reshape(T, Kd), v.reshape(T, Vd)], axis=1)
+    else:
+        mixed = linear(u, w(p + "in_proj_qkv.weight", (2 * Kd + Vd, H)))
+        z = linear(u, w(p + "in_proj_z.weight", (Vd, H))).reshape(T, nv, dv)
+        b = linear(u, w(p + "in_proj_b.weight", (nv, H)))
+        a = linear(u, w(p + "in_proj_a.weight", (nv, H)))
+    mixed = silu(causal_conv1d(mixed, w(p + "conv1d.weight", (2 * Kd + Vd, 1, K)), None))
+    q, k, v = mixed[:, :Kd].reshape(T, nk, dk), mixed[:, Kd:2 * Kd].reshape(T, nk, dk), mixed[:, 2 * Kd:]
+    beta = 1.0 / (1.0 + np.exp(-b))
+    g = -np.exp(w(p + "A_log", (nv,))) * softplus(a + w(p + "dt_bias", (nv,)))
+    q, k = np.repeat(q, r, axis=1), np.repeat(k, r, axis=1)   # value head h reads key head h // r
+    o, _ = gated_delta_rule(q, k, v.reshape(T, nv, dv), g, beta)
+    o = rmsnorm(o, w(p + "norm.weight", (dv,)), eps) * silu(z)
+    return linear(o.reshape(T, Vd), w(p + "out_proj.weight", (H, Vd)))
+
+
 ACTS = {
     "silu": silu,
     "gelu": lambda x: 0.5 * x * (1.0 + np.vectorize(math.erf)(x / math.sqrt(2.0))),
@@ -218,6 +307,12 @@ def hybridlm_forward(c, w, ids, norm_groups):
             h = h + mamba2(w, p + "mixer.", u, H, I, I // P, G, N, K, proj_bias, conv_bias, eps, gs)
         elif kind == "m2d":
             h = h + discrete_mamba2(w, p + "mixer.", u, H, I, I // P, G, N, K, proj_bias, conv_bias)
+        elif kind == "gdn":
+            gd = c.get("gdn", {})
+            nk = int(gd.get("num_key_heads", 4))
+            nv, dk = int(gd.get("num_value_heads", nk)), int(gd.get("key_head_dim", 16))
+            dv = int(gd.get("value_head_dim", dk))
+            h = h + gated_deltanet(w, p + "mixer.", u, H, nk, nv, dk, dv, int(gd.get("conv_kernel_dim", 4)), eps)
         elif kind == "t":
             qk_eps = eps if att.get("qk_norm", False) else None
             h = h + attention(w, p + "mixer.", u, H, heads, kv_heads, hd, rot, theta,
@@ -232,9 +327,9 @@ def hybridlm_forward(c, w, ids, norm_groups):
     return h @ (w("model.embed_tokens.weight") if tie else w("lm_head.weight", (V, H))).T
 
 
-def moe(w, p, u, H, F, E, top_k, renormalize):
+def moe(w, p, u, H, F, E, top_k, renormalize, router="router.weight"):
     """Softmax router over E experts, each token's top_k, weights p_e (renormalised if asked)."""
-    logits = linear(u, w(p + "router.weight", (E, H)))
+    logits = linear(u, w(p + router, (E, H)))
     out = np.zeros_like(u)
     for t in range(u.shape[0]):
         prob = np.exp(logits[t] - logits[t].max())
@@ -713,14 +808,122 @@ def llamba_forward(c, w, ids, norm_groups):
     return h @ head.T
 
 
-FAMILIES = {"zamba": zamba_forward, "zamba2": zamba2_forward, "falcon_h1": falcon_h1_forward, "granitemoehybrid": granitemoehybrid_forward, "nemotron_h": nemotron_h_forward, "hybridlm": hybridlm_forward, "jamba": jamba_forward, "bamba": bamba_forward, "lfm2": lfm2_forward, "lfm2_moe": lfm2_forward, "llamba": llamba_forward}
+def moe_stacked(w, p, u, H, F, E, top_k):
+    """Qwen3.5-MoE's sparse block: router gate.weight, softmax over all experts, top-k always
+    renormalised; expert e is one slice of experts.gate_up_proj (E, 2F, H) = [gate | up] rows and
+    of experts.down_proj (E, H, F)."""
+    logits = linear(u, w(p + "gate.weight", (E, H)))
+    gu, down = w(p + "experts.gate_up_proj", (E, 2 * F, H)), w(p + "experts.down_proj", (E, H, F))
+    out = np.zeros_like(u)
+    for t in range(u.shape[0]):
+        prob = np.exp(logits[t] - logits[t].max())
+        prob /= prob.sum()
+        top = np.argsort(-prob, kind="stable")[:top_k]
+        for e, wt in zip(top, prob[top] / prob[top].sum()):
+            h = gu[e] @ u[t]
+            out[t] += wt * (down[e] @ (silu(h[:F]) * h[F:]))
+    return out
+
+
+def qwen3_next_forward(c, w, ids, norm_groups, prefix="model.", variant="next"):
+    """Qwen3NextForCausalLM (hf-hybrid.md C.10; modeling_qwen3_next.py pinned in docs/numerics.md):
+    zero-centred RMSNorms x (1 + w) everywhere but the DeltaNet's output norm; gated DeltaNet
+    layers; gated attention (q_proj per head [query | gate], q/k norms, partial RoPE, output x
+    sigmoid(gate)); sparse MoE (softmax over all experts, top-k, renormalised iff norm_topk_prob)
+    plus a shared expert x sigmoid(shared_expert_gate . x), or a dense SwiGLU MLP.
+    variant "3.5" / "3.5-moe": Qwen3.5's text model (modeling_qwen3_5.py, modular_qwen3_5_moe.py):
+    the DeltaNet's four projections apart; every feed-forward dense (3.5) or a MoE with stacked
+    experts and an always-renormalising router (3.5-moe); weights under `prefix`."""
+    H, V, L = int(c["hidden_size"]), int(c["vocab_size"]), int(c["num_hidden_layers"])
+    eps = float(c.get("rms_norm_eps", 1e-6))
+    heads, kv_heads = int(c.get("num_attention_heads", 16)), int(c.get("num_key_value_heads", 2))
+    hd = int(c.get("head_dim", 256))
+    rp = c.get("rope_parameters") or {}
+    theta = float(rp.get("rope_theta", c.get("rope_theta", 10000.0)))
+    rot = int(hd * float(rp.get("partial_rotary_factor", c.get("partial_rotary_factor", 0.25))))
+    nk, nv = int(c.get("linear_num_key_heads", 16)), int(c.get("linear_num_value_heads", 32))
+    dk, dv = int(c.get("linear_key_head_dim", 128)), int(c.get("linear_value_head_dim", 128))
+    K = int(c.get("linear_conv_kernel_dim", 4))
+    if variant == "next":
+        E, step, top_k = int(c.get("num_experts", 512)), int(c.get("decoder_sparse_step", 1)), int(c.get("num_experts_per_tok", 10))
+        only = set(c.get("mlp_only_layers") or [])
+    else:
+        E = int(c.get("num_experts", 256)) if variant == "3.5-moe" else 0
+        step, top_k, only = 1, int(c.get("num_experts_per_tok", 8)), set()
+    interval = int(c.get("full_attention_interval", 4))
+    types = c.get("layer_types") or ["full_attention" if (i + 1) % interval == 0 else "linear_attention"
+                                     for i in range(L)]
+
+    def znorm(x, name, d):
+        return rmsnorm(x, 1.0 + w(name, (d,)), eps)
+
+    T = len(ids)
+    h = w(prefix + "embed_tokens.weight", (V, H))[ids]
+    for i in range(L):
+        p = prefix + "layers.%d." % i
+        u = znorm(h, p + "input_layernorm.weight", H)
+        if types[i] == "full_attention":
+            a = p + "self_attn."
+            qg = linear(u, w(a + "q_proj.weight", (2 * heads * hd, H))).reshape(T, heads, 2 * hd)
+            q, gate = qg[:, :, :hd], qg[:, :, hd:]
+            k = linear(u, w(a + "k_proj.weight", (kv_heads * hd, H))).reshape(T, kv_heads, hd)
+            v = linear(u, w(a + "v_proj.weight", (kv_heads * hd, H))).reshape(T, kv_heads, hd)
+            q, k = znorm(q, a + "q_norm.weight", hd), znorm(k, a + "k_norm.weight", hd)
+            q, k = rope(q, rot, theta), rope(k, rot, theta)
+            rep = heads // kv_heads
+            y = np.zeros((T, heads, hd))
+            for hh in range(heads):
+                sc = (q[:, hh] @ k[:, hh // rep].T) * hd ** -0.5
+                sc = np.where(np.tril(np.ones((T, T), dtype=bool)), sc, -np.inf)
+                sc = np.exp(sc - sc.max(axis=1, keepdims=True))
+                y[:, hh] = (sc / sc.sum(axis=1, keepdims=True)) @ v[:, hh // rep]
+            y = y * (1.0 / (1.0 + np.exp(-gate)))
+            h = h + linear(y.reshape(T, heads * hd), w(a + "o_proj.weight", (H, heads * hd)))
+        else:
+            h = h + gated_deltanet(w, p + "linear_attn.", u, H, nk, nv, dk, dv, K, eps, interleaved=variant == "next")
+        u = znorm(h, p + "post_attention_layernorm.weight", H)
+        f = p + "mlp."
+        if E > 0 and (i + 1) % step == 0 and i not in only:
+            F = int(c.get("moe_intermediate_size", 512))
+            if variant == "next":
+                out = moe(w, f, u, H, F, E, top_k, bool(c.get("norm_topk_prob", True)), router="gate.weight")
+            else:
+                out = moe_stacked(w, f, u, H, F, E, top_k)
+            shared = mlp(w, f + "shared_expert.", u, H, int(c.get("shared_expert_intermediate_size", 512)), "silu")
+            sg = 1.0 / (1.0 + np.exp(-linear(u, w(f + "shared_expert_gate.weight", (1, H)))))
+            h = h + out + sg * shared
+        else:
+            h = h + mlp(w, f, u, H, int(c.get("intermediate_size", 5632)), "silu")
+    h = znorm(h, prefix + "norm.weight", H)
+    tie = bool(c.get("tie_word_embeddings", False))
+    return h @ (w(prefix + "embed_tokens.weight") if tie else w("lm_head.weight", (V, H))).T
+
+
+def qwen3_5_forward(c, w, ids, norm_groups):
+    """Qwen3_5(Moe)ForConditionalGeneration on text (the text keys nested in text_config, weights
+    under model.language_model., tie_word_embeddings at the top) or the text-only ForCausalLM form
+    (flat keys, model.). With text positions only, the interleaved MRoPE is plain RoPE."""
+    variant = "3.5-moe" if c["model_type"].startswith("qwen3_5_moe") else "3.5"
+    if "text_config" in c:
+        text = dict(c["text_config"])
+        text["tie_word_embeddings"] = c.get("tie_word_embeddings", text.get("tie_word_embeddings", False))
+        return qwen3_next_forward(text, w, ids, norm_groups, "model.language_model.", variant)
+    return qwen3_next_forward(c, w, ids, norm_groups, "model.", variant)
+
+
+FAMILIES = {"qwen3_next": qwen3_next_forward, "qwen3_5": qwen3_5_forward, "qwen3_5_moe": qwen3_5_forward,
+            "qwen3_5_text": qwen3_5_forward, "qwen3_5_moe_text": qwen3_5_forward, "zamba2": zamba2_forward,
+            "falcon_h1": falcon_h1_forward, "granitemoehybrid": granitemoehybrid_forward,
+            "nemotron_h": nemotron_h_forward, "hybridlm": hybridlm_forward, "jamba": jamba_forward,
+            "bamba": bamba_forward, "lfm2": lfm2_forward, "llamba": llamba_forward, "zamba": zamba_forward,
+            "lfm2_moe": lfm2_forward}
 
 
 class Model:
     def __init__(self, config, tensors):
         self.config = config
         self.model_type = config["model_type"]
-        self.vocab = int(config["vocab_size"])
+        self.vocab = int(config.get("text_config", config)["vocab_size"])
         if self.model_type == "llamba":  # the model pads its vocabulary
             mult = int(config.get("pad_vocab_size_multiple", 8))
             self.vocab = (self.vocab + mult - 1) // mult * mult
@@ -746,7 +949,10 @@ def forward(model, ids, norm_groups="grouped"):
         raise ValueError("ids must be a non-empty 1-D sequence in [0, %d)" % model.vocab)
     w = Weights(model.tensors)
     logits = FAMILIES[model.model_type](model.config, w, ids, norm_groups)
-    unused = set(model.tensors) - w.used - {"lm_head.weight"}
+    # Tensors the family's Hugging Face class also ignores on load (_keys_to_ignore_on_load_unexpected):
+    # the multi-token-prediction head and the vision tower.
+    ignored = ("mtp.", "model.visual.") if model.model_type.startswith("qwen3") else ()
+    unused = {n for n in set(model.tensors) - w.used - {"lm_head.weight"} if not n.startswith(ignored)}
     if unused:  # every tensor of the checkpoint must take part (catches a misread config)
         raise ValueError("tensors the reference never read: %s" % sorted(unused)[:5])
     return logits

@@ -172,6 +172,18 @@ CASES = [
     ("llamba T 600 (two prefill chunks)", ["--preset", "llamba-tiny", "--layers", "1"], 600),
     ("hybridlm m2d, t, m2d", ["--preset", "hybridlm-tiny", "--set", 'block_pattern=["m2d", "t", "m2d"]',
      "--set", 'ssm={"d_state": 16, "head_dim": 16, "n_groups": 2, "chunk_size": 8}'], 41),
+    # Gated DeltaNet (Qwen3-Next's mixer) between attention: grouped value heads (nv = 2 nk),
+    # d_k != d_v; T 150 = two CPU chunks of 64 and a remainder; T 600 over two prefill steps.
+    ("hybridlm gdn, t, gdn", ["--preset", "hybridlm-tiny", "--set", 'block_pattern=["gdn", "t", "gdn"]',
+     "--set", 'gdn={"num_key_heads": 2, "num_value_heads": 4, "key_head_dim": 16, "value_head_dim": 8}'], 150),
+    ("hybridlm gdn T 600 (two prefill chunks)", ["--preset", "hybridlm-tiny", "--set", 'block_pattern=["gdn"]',
+     "--set", 'gdn={"num_key_heads": 1, "num_value_heads": 2, "key_head_dim": 8, "conv_kernel_dim": 3}'], 600),
+    ("qwen3-next-tiny", ["--preset", "qwen3-next-tiny"], 40),
+    ("qwen3-next tied, T 150", ["--preset", "qwen3-next-tiny", "--tie", "--set", "partial_rotary_factor=0.5"], 150),
+    # Qwen3.5: the DeltaNet's four projections, nested text_config (model.language_model.*), dense
+    # or stacked-expert MoE; T 150 = two CPU chunks of 64 and a remainder.
+    ("qwen3.5-tiny", ["--preset", "qwen3.5-tiny"], 40),
+    ("qwen3.5-moe-tiny tied, T 150", ["--preset", "qwen3.5-moe-tiny", "--tie"], 150),
     # The shipped model (models/default, trained by this engine; bf16 weights widened exactly).
     ("models/default (trained here)", None, 70, {"dir": os.path.join(HERE, "..", "..", "models", "default")}),
 ]

@@ -417,6 +417,26 @@ def f_discrete_mamba2_equals_the_ssd_call_of_the_reference_code():
     assert_close(got, want, 1e-11, "discrete Mamba-2 vs x / softplus, dt = softplus, A = -1")
 
 
+@case
+def g_chunked_gated_delta_rule_equals_its_recurrence():
+    """hybrid_ref.gated_delta_rule_chunked (the WY / UT-transform form the engine's prefill uses)
+    against hybrid_ref.gated_delta_rule (the recurrence, as Qwen3-Next's torch reference): chunk
+    remainders, one and several chunks, from a non-zero state, decays from ~1 to ~e^-50."""
+    import hybrid_ref  # noqa: E402 (tests/reference, on the path)
+    rng = np.random.default_rng(7)
+    for T, chunk in [(1, 64), (63, 64), (64, 64), (65, 64), (130, 64), (200, 64), (37, 16), (100, 8)]:
+        nv, dk, dv = 2, 12, 20
+        q, k = rng.standard_normal((T, nv, dk)), rng.standard_normal((T, nv, dk))
+        v = rng.standard_normal((T, nv, dv))
+        g = -rng.uniform(0.1, 16.0, nv) * np.logaddexp(0.0, 2.0 * rng.standard_normal((T, nv)))
+        beta = 1.0 / (1.0 + np.exp(-2.0 * rng.standard_normal((T, nv))))
+        S0 = 0.5 * rng.standard_normal((nv, dk, dv))
+        o1, S1 = hybrid_ref.gated_delta_rule(q, k, v, g, beta, S0)
+        o2, S2 = hybrid_ref.gated_delta_rule_chunked(q, k, v, g, beta, chunk, S0)
+        assert_close(o2, o1, 1e-11, "chunked vs recurrent output, T=%d chunk=%d" % (T, chunk))
+        assert_close(S2, S1, 1e-11, "chunked vs recurrent state, T=%d chunk=%d" % (T, chunk))
+
+
 def main():
     global SCRATCH
     if len(sys.argv) != 2:

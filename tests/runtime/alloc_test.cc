@@ -104,9 +104,9 @@ TEST_P(WarmStepAllocations, None) {
 
 // Hybrids with every mixer kind between them: Mamba-1 + attention + MoE (jamba), Mamba-2 +
 // attention (bamba, hybridlm_var with m, m2, t and relu^2 MLP), short conv (lfm2), Falcon-H1's
-// parallel mixer, Zamba2's shared blocks, Nemotron-H's MLP-only layers.
+// parallel mixer, Zamba2's shared blocks, Nemotron-H's MLP-only layers, gated DeltaNet (hybridlm_gdn).
 const char* kModels[] = {"jamba", "bamba", "hybridlm_var", "lfm2", "falcon_h1", "zamba2", "nemotron_h", "granite",
-                          "lfm2_moe", "zamba"};
+                          "lfm2_moe", "zamba", "hybridlm_gdn", "qwen3_5_moe"};
 INSTANTIATE_TEST_SUITE_P(Fixtures, WarmStepAllocations, ::testing::ValuesIn(kModels));
 
 // The counter sees allocations at all (a test that cannot fail is no test).

@@ -109,7 +109,8 @@ expect_error("plan: bad --memory", ["plan", "--config", codestral, "--memory", "
 # Every family generates from the CLI (sampling and beam search), and its plan matches its loader.
 for preset in ["hybridlm-tiny", "jamba-tiny", "bamba-tiny", "granite-h-tiny", "nemotron-h-tiny", "falcon-h1-tiny",
                "zamba2-tiny", "lfm2-tiny",
-               "lfm2-moe-tiny", "zamba-tiny"]:
+               "lfm2-moe-tiny", "zamba-tiny", "qwen3-next-tiny", "qwen3.5-tiny",
+               "qwen3.5-moe-tiny"]:
     d = make_model(preset, preset, 9)
     rc, out, err = run("generate", "-m", d, "-p", "Once upon a time", "-n", "8", "--seed", "3")
     check(f"generate works for {preset}", rc == 0 and out.startswith("Once upon a time") and "generation: 8 tokens" in err,

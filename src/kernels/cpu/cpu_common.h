@@ -80,5 +80,7 @@ ScratchNeed ssm_scratch(const KernelLimits& limits);
 // The scans' backward (scan_backward_cpu.cc): checkpoints and partial sums on the caller, a
 // segment's or chunk's states on every thread. Empty unless limits.backward.
 ScratchNeed scan_backward_scratch(const KernelLimits& limits);
+// The gated delta rule's (gdn_cpu.cc).
+ScratchNeed gdn_scratch(const KernelLimits& limits);
 
 }  // namespace hybridlm::cpu

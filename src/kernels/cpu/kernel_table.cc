@@ -7,7 +7,8 @@ namespace hybridlm {
 namespace cpu {
 
 ScratchNeed scratch_floats(const KernelLimits& limits) {
-  return most(most(matmul_scratch(limits), ssm_scratch(limits)), scan_backward_scratch(limits));
+  return most(most(most(matmul_scratch(limits), ssm_scratch(limits)), scan_backward_scratch(limits)),
+              gdn_scratch(limits));
 }
 
 #include "kernels/table.inc"

@@ -283,6 +283,61 @@ void ssd_step_discrete(const KernelContext&, const float* x, const float* log_a,
   }
 }
 
+// The gated delta rule as its sequential recurrence, one step at a time in the order of the math
+// (double sums, the state kept in f32 between steps as the cache holds it). The scan ignores
+// `chunk`: it is the oracle the chunked cpu version is checked against.
+namespace {
+// 1 / sqrt(sum x^2 + 1e-6) over n values (Hugging Face's and FLA's l2norm).
+double inv_l2(const float* x, int n) {
+  double ss = 0;
+  for (int i = 0; i < n; ++i) ss += static_cast<double>(x[i]) * x[i];
+  return 1.0 / std::sqrt(ss + 1e-6);
+}
+}  // namespace
+
+void gated_delta_scan(const KernelContext&, const float* q, const float* k, int ld_qk, const float* v, int ld_v,
+                      const float* g, const float* beta, const GdnDims& dims, int, float* S, int T, float* y) {
+  const int nv = dims.n_v_heads, dk = dims.k_dim, dv = dims.v_dim, rep = nv / dims.n_k_heads;
+  const double q_scale = 1.0 / std::sqrt(static_cast<double>(dk));
+  std::vector<double> kn(dk), qn(dk), delta(dv);
+  for (int t = 0; t < T; ++t) {
+    for (int h = 0; h < nv; ++h) {
+      const size_t kh = static_cast<size_t>(t) * ld_qk + static_cast<size_t>(h / rep) * dk;
+      const double rk = inv_l2(k + kh, dk), rq = inv_l2(q + kh, dk) * q_scale;
+      for (int d = 0; d < dk; ++d) {
+        kn[d] = k[kh + d] * rk;
+        qn[d] = q[kh + d] * rq;
+      }
+      const double decay = std::exp(static_cast<double>(g[static_cast<size_t>(t) * nv + h]));
+      const double b = beta[static_cast<size_t>(t) * nv + h];
+      const float* vt = v + static_cast<size_t>(t) * ld_v + static_cast<size_t>(h) * dv;
+      float* Sh = S + static_cast<size_t>(h) * dk * dv;
+      // delta = beta (v - (exp(g) S)^T k)
+      for (int e = 0; e < dv; ++e) {
+        double kv = 0;
+        for (int d = 0; d < dk; ++d) kv += decay * Sh[static_cast<size_t>(d) * dv + e] * kn[d];
+        delta[e] = b * (vt[e] - kv);
+      }
+      // S = exp(g) S + k delta^T;  y = S^T q
+      for (int d = 0; d < dk; ++d)
+        for (int e = 0; e < dv; ++e) {
+          float& s = Sh[static_cast<size_t>(d) * dv + e];
+          s = static_cast<float>(decay * s + kn[d] * delta[e]);
+        }
+      for (int e = 0; e < dv; ++e) {
+        double acc = 0;
+        for (int d = 0; d < dk; ++d) acc += static_cast<double>(Sh[static_cast<size_t>(d) * dv + e]) * qn[d];
+        y[static_cast<size_t>(t) * nv * dv + static_cast<size_t>(h) * dv + e] = static_cast<float>(acc);
+      }
+    }
+  }
+}
+
+void gated_delta_step(const KernelContext& ctx, const float* q, const float* k, const float* v, const float* g,
+                      const float* beta, const GdnDims& dims, float* S, float* y) {
+  gated_delta_scan(ctx, q, k, dims.n_k_heads * dims.k_dim, v, dims.n_v_heads * dims.v_dim, g, beta, dims, 1, S, 1, y);
+}
+
 namespace {
 std::vector<float> widen_bf16(const uint16_t* v, size_t n) {
   std::vector<float> out(n);

@@ -17,6 +17,11 @@ const std::vector<Family>& families() {
       {"lfm2", {"Lfm2ForCausalLM"}, parse_lfm2},
       {"nemotron_h", {"NemotronHForCausalLM"}, parse_nemotron_h},
       {"granitemoehybrid", {"GraniteMoeHybridForCausalLM"}, parse_granitemoehybrid},
+      {"qwen3_next", {"Qwen3NextForCausalLM"}, parse_qwen3_next},
+      {"qwen3_5", {"Qwen3_5ForConditionalGeneration"}, parse_qwen3_5},
+      {"qwen3_5_text", {"Qwen3_5ForCausalLM"}, parse_qwen3_5},
+      {"qwen3_5_moe", {"Qwen3_5MoeForConditionalGeneration"}, parse_qwen3_5_moe},
+      {"qwen3_5_moe_text", {"Qwen3_5MoeForCausalLM"}, parse_qwen3_5_moe},
       {"falcon_h1", {"FalconH1ForCausalLM"}, parse_falcon_h1},
       {"zamba2", {"Zamba2ForCausalLM"}, parse_zamba2},
       // cartesia's configs name no architecture; Fast-LLM's Llamba export writes LlambaForCausalLM.
@@ -117,7 +122,7 @@ void read_time_step_limit(const JsonKeys& k, const char* key, Mamba2Spec& m) {
 void add_layers(HybridConfig& c, const std::vector<bool>& attn_layer, const BlockSpec& attn, const BlockSpec& other,
                 const LayerNames& n, const std::function<void(int, const std::string&, BlockSpec&)>& per_layer) {
   for (size_t i = 0; i < attn_layer.size(); ++i) {
-    const std::string p = "model.layers." + std::to_string(i) + ".";
+    const std::string p = n.layers + std::to_string(i) + ".";
     BlockSpec b = attn_layer[i] ? attn : other;
     b.names = {p + n.mixer_norm, p + (attn_layer[i] ? n.attn : n.other), p + n.ffn_norm, p + n.ffn, ""};
     if (per_layer) per_layer(static_cast<int>(i), p, b);

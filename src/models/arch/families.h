@@ -3,6 +3,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,7 +26,7 @@ const std::vector<Family>& families();
 struct CommonDefaults {
   int hidden_size, vocab_size;
   bool tie_embeddings;
-  int32_t bos, eos, pad;
+  std::optional<int32_t> bos, eos, pad;        // nullopt: none unless the config gives one
   const char* eps_key = "layer_norm_epsilon";  // jamba, bamba, ...: "rms_norm_eps"
   double eps = 1e-5;
   bool check_hidden_act = true;  // refuse a hidden_act other than silu
@@ -67,6 +68,7 @@ struct LayerNames {
   const char* other;  // the other mixer's prefix, e.g. "mamba."
   const char* ffn_norm;
   const char* ffn;
+  const char* layers = "model.layers.";  // the layer prefix before N (Qwen3.5: model.language_model.layers.)
 };
 void add_layers(HybridConfig& c, const std::vector<bool>& attn_layer, const BlockSpec& attn, const BlockSpec& other,
                 const LayerNames& names,
@@ -74,6 +76,19 @@ void add_layers(HybridConfig& c, const std::vector<bool>& attn_layer, const Bloc
 
 // d_inner = <key> x hidden (the Mamba expand factor, default 2), checked to lie in [1, 2^22].
 int read_expanded(const JsonKeys& k, const char* key, int hidden);
+
+// Qwen3-Next and Qwen3.5 (qwen3_next.cc): their text model's keys, read with these defaults.
+struct Qwen3HybridOptions {
+  CommonDefaults common;
+  int layers = 48, heads = 16, kv_heads = 2, d_ff = 0;
+  int experts = 0, top_k = 0;     // experts 0: no `num_experts` key (dense Qwen3.5)
+  bool dense_ffn = true;          // Qwen3-Next's decoder_sparse_step, mlp_only_layers, norm_topk_prob,
+                                  // intermediate_size; false: every layer a MoE (Qwen3.5-MoE)
+  bool interleaved_gdn = true;    // GdnSpec::interleaved
+  bool stacked_experts = false;   // experts.gate_up_proj / experts.down_proj (Qwen3.5-MoE)
+  std::string prefix = "model.";  // before layers., embed_tokens., norm.
+};
+HybridConfig read_qwen3_hybrid(const JsonKeys& keys, const Qwen3HybridOptions& o);
 
 // Adapters (one file each).
 HybridConfig parse_mamba(const JsonKeys& keys, NormGrouping);
@@ -90,5 +105,8 @@ HybridConfig parse_granitemoehybrid(const JsonKeys& keys, NormGrouping mamba2_no
 HybridConfig parse_falcon_h1(const JsonKeys& keys, NormGrouping mamba2_norm);
 HybridConfig parse_zamba2(const JsonKeys& keys, NormGrouping mamba2_norm);
 HybridConfig parse_llamba(const JsonKeys& keys, NormGrouping mamba2_norm);
+HybridConfig parse_qwen3_next(const JsonKeys& keys, NormGrouping mamba2_norm);
+HybridConfig parse_qwen3_5(const JsonKeys& keys, NormGrouping mamba2_norm);
+HybridConfig parse_qwen3_5_moe(const JsonKeys& keys, NormGrouping mamba2_norm);
 
 }  // namespace hybridlm

@@ -1,10 +1,12 @@
 // Family `hybridlm`: our own block-pattern models (docs/model-format.md). The config names the
 // pattern directly, e.g. "block_pattern": ["m2", "m2", "t", "m2"] with m = Mamba-1, m2 = Mamba-2,
-// m2d = discrete Mamba-2 (Llamba's mixer), t = attention; every block is mixer + optional MLP.
-// Per-kind sections: "ssm" (the Mamba kinds), "attention", "mlp".
+// m2d = discrete Mamba-2 (Llamba's mixer), gdn = gated DeltaNet (Qwen3-Next's), t = attention;
+// every block is mixer + optional MLP.
+// Per-kind sections: "ssm" (the Mamba kinds), "gdn", "attention", "mlp".
 // Weights: model.embed_tokens.weight | model.layers.N.{mixer_norm.weight, mixer.* (mamba_ssm
-// names for m / m2; Llamba's names for m2d; q_proj, k_proj, v_proj, o_proj [, q_norm, k_norm]
-// for t), ffn_norm.weight, ffn.{gate_proj, up_proj, down_proj}.weight} | model.norm.weight;
+// names for m / m2; Llamba's names for m2d; Qwen3-Next's linear_attn names for gdn: in_proj_qkvz,
+// in_proj_ba, conv1d, dt_bias, A_log, norm, out_proj; q_proj, k_proj, v_proj, o_proj [, q_norm,
+// k_norm] for t), ffn_norm.weight, ffn.{gate_proj, up_proj, down_proj}.weight} | model.norm.weight;
 // lm_head.weight.
 #include "base/error.h"
 #include "models/arch/families.h"
@@ -43,6 +45,7 @@ HybridConfig parse_hybridlm(const JsonKeys& k, NormGrouping mamba2_norm) {
   const JsonKeys ssm(section(k, "ssm"), k.where() + ": ssm");
   const JsonKeys att(section(k, "attention"), k.where() + ": attention");
   const JsonKeys mlp(section(k, "mlp"), k.where() + ": mlp");
+  const JsonKeys gdn_keys(section(k, "gdn"), k.where() + ": gdn");
   const int H = c.d_model;
 
   // Mamba sizes shared by m and m2 blocks.
@@ -68,6 +71,16 @@ HybridConfig parse_hybridlm(const JsonKeys& k, NormGrouping mamba2_norm) {
   m2.norm_eps = c.norm_eps;
   m2.norm_grouping = mamba2_norm;
 
+  // Gated DeltaNet sizes (Qwen3-Next's linear_* keys without the prefix).
+  GdnSpec gdn;
+  gdn.n_k_heads = gdn_keys.positive("num_key_heads", 4, 1024);
+  gdn.n_v_heads = gdn_keys.positive("num_value_heads", gdn.n_k_heads, 1024);
+  gdn.k_dim = gdn_keys.positive("key_head_dim", 16, 1024);
+  gdn.v_dim = gdn_keys.positive("value_head_dim", gdn.k_dim, 1024);
+  gdn.d_conv = gdn_keys.positive("conv_kernel_dim", 4, 64);
+  gdn.chunk_size = gdn_keys.positive("chunk_size", 64, 1 << 16);
+  gdn.norm_eps = c.norm_eps;
+
   BlockSpec t;
   t.mixer = MixerKind::Attention;
   t.attn = read_attention(att, H, "num_heads", 8, "num_kv_heads", "head_dim");
@@ -89,7 +102,7 @@ HybridConfig parse_hybridlm(const JsonKeys& k, NormGrouping mamba2_norm) {
 
   for (size_t i = 0; i < pattern.size(); ++i) {
     const std::string at = "block_pattern[" + std::to_string(i) + "]";
-    if (!pattern[i].is_string()) throw Error(k.where() + ": " + at + ": expected a string (m, m2, m2d or t)");
+    if (!pattern[i].is_string()) throw Error(k.where() + ": " + at + ": expected a string (m, m2, m2d, gdn or t)");
     const std::string kind = pattern[i].get<std::string>();
     BlockSpec b;
     if (kind == "m") {
@@ -120,11 +133,16 @@ HybridConfig parse_hybridlm(const JsonKeys& k, NormGrouping mamba2_norm) {
       d.proj_bias = m2.proj_bias;
       if (d.n_heads % d.n_groups != 0)
         ssm.fail("n_groups", "must divide the discrete Mamba-2 head count " + std::to_string(d.n_heads));
+    } else if (kind == "gdn") {
+      if (gdn.n_v_heads % gdn.n_k_heads != 0)
+        gdn_keys.fail("num_value_heads", "must be a multiple of num_key_heads = " + std::to_string(gdn.n_k_heads));
+      b.mixer = MixerKind::GatedDeltaNet;
+      b.gdn = gdn;
     } else if (kind == "t") {
       b = t;
     } else {
       throw Error(k.where() + ": " + at + " = \"" + kind.substr(0, 32) +
-                  "\": unknown block kind (use m = Mamba-1, m2 = Mamba-2, m2d = discrete Mamba-2, t = attention)");
+                  "\": unknown block kind (use m = Mamba-1, m2 = Mamba-2, m2d = discrete Mamba-2, gdn = gated DeltaNet, t = attention)");
     }
     b.ffn = ffn;
     const std::string p = "model.layers." + std::to_string(i) + ".";

@@ -1,6 +1,7 @@
 #include "models/blocks/attention.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "kernels/kernels.h"
@@ -11,7 +12,7 @@ AttentionWeights load_attention(const TensorSource& r, const std::string& p, con
   const int64_t q_dim = static_cast<int64_t>(s.n_heads) * s.head_dim;
   const int64_t kv_dim = static_cast<int64_t>(s.n_kv_heads) * s.head_dim;
   AttentionWeights w;
-  w.q_proj = r.matrix(p + "q_proj.weight", {q_dim, H});
+  w.q_proj = r.matrix(p + "q_proj.weight", {s.output_gate ? 2 * q_dim : q_dim, H});
   w.k_proj = r.matrix(p + "k_proj.weight", {kv_dim, H});
   w.v_proj = r.matrix(p + "v_proj.weight", {kv_dim, H});
   w.o_proj = r.matrix(p + s.o_name + ".weight", {H, q_dim});
@@ -24,6 +25,8 @@ AttentionWeights load_attention(const TensorSource& r, const std::string& p, con
   if (s.qk_norm) {
     w.q_norm = r.vector(p + s.q_norm_name + ".weight", {s.head_dim});
     w.k_norm = r.vector(p + s.k_norm_name + ".weight", {s.head_dim});
+    for (float& x : w.q_norm) x += s.qk_norm_offset;
+    for (float& x : w.k_norm) x += s.qk_norm_offset;
   }
   return w;
 }
@@ -43,6 +46,7 @@ class AttentionMixer final : public MixerOf<AttentionSpec, AttentionWeights, loa
 
 struct AttentionBuffers {
   float *u = nullptr, *q, *k, *v, *y;
+  float *qg = nullptr, *gate = nullptr;  // output_gate: q_proj's output (T, 2 q_dim), the gates (T, q_dim)
 };
 
 AttentionBuffers attention_buffers(const AttentionSpec& s, int in_dim, int T, FloatArena& a) {
@@ -54,6 +58,10 @@ AttentionBuffers attention_buffers(const AttentionSpec& s, int in_dim, int T, Fl
   b.k = a.take(n * kv_dim);
   b.v = a.take(n * kv_dim);
   b.y = a.take(n * q_dim);
+  if (s.output_gate) {
+    b.qg = a.take(n * 2 * q_dim);
+    b.gate = a.take(n * q_dim);
+  }
   return b;
 }
 
@@ -96,7 +104,17 @@ void attention_forward(const KernelContext& ctx, const AttentionSpec& s, const A
     u = sc.u;
   }
   // q: (T, nH*hd), k, v: (T, nKV*hd)
-  ctx.ops->matmul(ctx, w.q_proj.view(), data_or_null(w.q_bias), u, T, sc.q);
+  if (s.output_gate) {  // q_proj rows per head [hd query | hd gate]: split them
+    ctx.ops->matmul(ctx, w.q_proj.view(), data_or_null(w.q_bias), u, T, sc.qg);
+    for (size_t t = 0; t < static_cast<size_t>(T); ++t)
+      for (int h = 0; h < s.n_heads; ++h) {
+        const float* src = sc.qg + t * 2 * q_dim + static_cast<size_t>(h) * 2 * hd;
+        std::copy_n(src, hd, sc.q + t * q_dim + static_cast<size_t>(h) * hd);
+        std::copy_n(src + hd, hd, sc.gate + t * q_dim + static_cast<size_t>(h) * hd);
+      }
+  } else {
+    ctx.ops->matmul(ctx, w.q_proj.view(), data_or_null(w.q_bias), u, T, sc.q);
+  }
   ctx.ops->matmul(ctx, w.k_proj.view(), data_or_null(w.k_bias), u, T, sc.k);
   ctx.ops->matmul(ctx, w.v_proj.view(), data_or_null(w.v_bias), u, T, sc.v);
   if (lora) {
@@ -123,6 +141,8 @@ void attention_forward(const KernelContext& ctx, const AttentionSpec& s, const A
     for (int t = 0; t < r.len; ++t) r.kv.store(r.pos0 + t, k + static_cast<size_t>(t) * kv_dim, sc.v + (o + t) * kv_dim);
     ctx.ops->attention(ctx, q, q_dim, r.kv, r.pos0, r.len, s.n_heads, s.softmax_scale(), sc.y + o * q_dim);
   }
+  if (s.output_gate)  // y *= sigmoid(gate)
+    for (size_t i = 0; i < static_cast<size_t>(T) * q_dim; ++i) sc.y[i] *= 1.0f / (1.0f + std::exp(-sc.gate[i]));
   // out: (T, H) = y @ o_proj^T
   ctx.ops->matmul(ctx, w.o_proj.view(), data_or_null(w.o_bias), sc.y, T, out);
   if (s.out_scale != 1.0f)

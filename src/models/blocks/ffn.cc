@@ -37,8 +37,8 @@ FfnWeights load_ffn(const TensorSource& r, const std::string& p, const FfnSpec& 
     if (!s.correction_bias.empty()) w.correction = r.vector(p + s.correction_bias, {E});
     if (s.stacked_experts) {  // one (E, rows, cols) tensor per projection, sliced per expert
       check(s.mlp.fused && !s.mlp.bias, "stacked experts must be fused gate/up without biases");
-      std::vector<Matrix> up = r.stacked(p + s.mlp.up + ".weight", {E, 2 * F, H});
-      std::vector<Matrix> down = r.stacked(p + s.mlp.down + ".weight", {E, H, F});
+      std::vector<Matrix> up = r.stacked(p + s.mlp.up + s.stacked_suffix, {E, 2 * F, H});
+      std::vector<Matrix> down = r.stacked(p + s.mlp.down + s.stacked_suffix, {E, H, F});
       for (int64_t e = 0; e < E; ++e) w.experts.push_back({{}, std::move(up[e]), std::move(down[e]), {}, {}, {}});
     } else {
       for (int64_t e = 0; e < E; ++e)
@@ -46,6 +46,7 @@ FfnWeights load_ffn(const TensorSource& r, const std::string& p, const FfnSpec& 
     }
   }
   if (s.shared.d_ff > 0) w.shared = load_mlp(r, s.shared_prefix, s.shared, H);
+  if (!s.shared_gate.empty()) w.shared_gate = r.vector(s.shared_gate, {1, H});
   return w;
 }
 
@@ -203,7 +204,17 @@ void ffn_forward(const KernelContext& ctx, const FfnSpec& s, const FfnWeights& w
     const int H = w.shared.down.rows;
     sc.extra.resize(static_cast<size_t>(T) * H);
     mlp_forward(ctx, s.shared, w.shared, x, T, sc, sc.extra.data());
-    for (size_t i = 0; i < sc.extra.size(); ++i) out[i] += sc.extra[i];
+    if (w.shared_gate.empty()) {
+      for (size_t i = 0; i < sc.extra.size(); ++i) out[i] += sc.extra[i];
+    } else {  // out += sigmoid(x . shared_gate) x shared_mlp(x), per token
+      for (size_t t = 0; t < static_cast<size_t>(T); ++t) {
+        const float* xt = x + t * H;
+        double dot = 0;
+        for (int c = 0; c < H; ++c) dot += static_cast<double>(xt[c]) * w.shared_gate[c];
+        const float gate = static_cast<float>(1.0 / (1.0 + std::exp(-dot)));
+        for (int c = 0; c < H; ++c) out[t * H + c] += gate * sc.extra[t * H + c];
+      }
+    }
   }
 }
 

@@ -23,6 +23,7 @@ struct FfnWeights {
   std::vector<float> correction;    // (E) SigmoidGrouped choice bias, or empty
   std::vector<MlpWeights> experts;  // E
   MlpWeights shared;                // when spec.shared.d_ff > 0
+  std::vector<float> shared_gate;   // (H) when spec.shared_gate is named
 };
 
 // Per-token routing buffers (reused: no allocation per step once warm).

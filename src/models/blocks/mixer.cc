@@ -61,6 +61,7 @@ std::unique_ptr<Mixer> make_mixer(const BlockSpec& b, int H) {
     case MixerKind::Attention: return make_attention_mixer(b.attn, n.mixer, H);
     case MixerKind::ShortConv: return make_short_conv_mixer(b.conv, n.mixer, H);
     case MixerKind::Mamba2Discrete: return make_mamba2_discrete_mixer(b.m2d, n.mixer, H);
+    case MixerKind::GatedDeltaNet: return make_gdn_mixer(b.gdn, n.mixer, H);
     case MixerKind::Mamba2Attention:
       return std::make_unique<ParallelMixer>(make_mamba2_mixer(b.m2, n.mixer, H),
                                              make_attention_mixer(b.attn, n.mixer2, H), H);

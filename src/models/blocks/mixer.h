@@ -64,5 +64,6 @@ std::unique_ptr<Mixer> make_attention_mixer(const AttentionSpec& s, const std::s
 std::unique_ptr<Mixer> make_short_conv_mixer(const ShortConvSpec& s, const std::string& prefix, int d_model);
 std::unique_ptr<Mixer> make_mamba2_discrete_mixer(const Mamba2DiscreteSpec& s, const std::string& prefix,
                                                   int d_model);
+std::unique_ptr<Mixer> make_gdn_mixer(const GdnSpec& s, const std::string& prefix, int d_model);
 
 }  // namespace hybridlm
