@@ -36,11 +36,11 @@ mkdir -p "$out"
 "$py" "$tool" --preset zamba-tiny --out "$out/zamba" --seed 18 >/dev/null
 # Gated DeltaNet (Qwen3-Next's mixer) around attention: grouped value heads, d_k != d_v, chunk 8
 # (the CPU prefill runs chunks of min(chunk_size, 64): several chunks even on short prompts).
-"$py" "$tool" --preset hybridlm-tiny --out "$out/hybridlm_gdn" --seed 21 --set 'block_pattern=["gdn", "t", "gdn"]' \
+"$py" "$tool" --preset hybridlm-tiny --out "$out/hybridlm_gdn" --seed 17 --set 'block_pattern=["gdn", "t", "gdn"]' \
   --set 'gdn={"num_key_heads": 2, "num_value_heads": 4, "key_head_dim": 16, "value_head_dim": 8, "chunk_size": 8}' >/dev/null
-"$py" "$tool" --preset qwen3-next-tiny --out "$out/qwen3_next" --seed 22 >/dev/null
+"$py" "$tool" --preset qwen3-next-tiny --out "$out/qwen3_next" --seed 18 >/dev/null
 # Qwen3.5 (four DeltaNet projections, nested text_config, model.language_model.* names, unread
 # mtp.* and model.visual.* tensors): dense, and MoE with stacked experts.
-"$py" "$tool" --preset qwen3.5-tiny --out "$out/qwen3_5" --seed 23 >/dev/null
-"$py" "$tool" --preset qwen3.5-moe-tiny --out "$out/qwen3_5_moe" --seed 24 >/dev/null
+"$py" "$tool" --preset qwen3.5-tiny --out "$out/qwen3_5" --seed 19 >/dev/null
+"$py" "$tool" --preset qwen3.5-moe-tiny --out "$out/qwen3_5_moe" --seed 20 >/dev/null
 echo "fixtures written to $out"

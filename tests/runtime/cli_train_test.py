@@ -190,7 +190,8 @@ def limit_file_size():
 # Families whose blocks the trainer does not compute are refused by name, not trained as something else.
 for preset, needle in [("zamba-tiny", "multi-head Mamba-1 (zamba) is not supported"),
                        ("jamba-tiny", "Mamba-1 with dt/B/C norms (falcon_mamba, jamba) is not supported"),
-                       ("lfm2-moe-tiny", "the mixer 'short_conv+mlp' is not supported")]:
+                       ("lfm2-moe-tiny", "the mixer 'short_conv+mlp' is not supported"),
+                       ("qwen3-next-tiny", "zero-centred (1 + w) norms (qwen3_next) is not supported")]:
     expect_error(f"grad refuses {preset}", ["grad", "-m", make_model(preset, preset, 3), "--ids", "1,2,3"], 1, needle)
 
 try:
