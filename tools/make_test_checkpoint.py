@@ -210,6 +210,14 @@ def qwen3_5_config(hidden, layers, vocab, heads, kv_heads, hd, nk, nv, dk, dv, d
     }
 
 
+def qwen3_5_text_only(cfg):
+    """The text-only ForCausalLM form of a qwen3_5_config: its text_config, flat."""
+    text = dict(cfg["text_config"], tie_word_embeddings=cfg["tie_word_embeddings"], torch_dtype="float32")
+    moe = text["model_type"] == "qwen3_5_moe_text"
+    text["architectures"] = ["Qwen3_5MoeForCausalLM" if moe else "Qwen3_5ForCausalLM"]
+    return text
+
+
 def jamba_config(hidden, layers, vocab, heads, kv_heads, d_ff, experts, top_k, d_state=16, attn_period=8,
                  attn_offset=4, expert_period=2, expert_offset=1, tie=False):
     """A JambaConfig with every key transformers writes that the engine reads."""
@@ -456,6 +464,8 @@ PRESETS = {
     "qwen3.5-tiny": lambda: qwen3_5_config(64, 4, 512, 4, 2, 16, 2, 4, 16, 8, d_ff=96, interval=2),
     "qwen3.5-moe-tiny": lambda: qwen3_5_config(64, 4, 512, 4, 2, 16, 2, 4, 16, 8, experts=4, top_k=2, moe_ff=32,
                                                shared_ff=48, interval=2),
+    # The text-only Qwen3_5MoeForCausalLM form: flat keys, model.* names.
+    "qwen3.5-moe-text-tiny": lambda: qwen3_5_text_only(PRESETS["qwen3.5-moe-tiny"]()),
     # transformers' Qwen3_5TextConfig defaults (its docstring: like Qwen3.5-9B), RoPE base 1e7: for
     # `plan`, not for tests.
     "qwen3.5-9b": lambda: qwen3_5_config(4096, 32, 248320, 16, 4, 256, 16, 32, 128, 128, d_ff=12288),

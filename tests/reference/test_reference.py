@@ -184,6 +184,7 @@ CASES = [
     # or stacked-expert MoE; T 150 = two CPU chunks of 64 and a remainder.
     ("qwen3.5-tiny", ["--preset", "qwen3.5-tiny"], 40),
     ("qwen3.5-moe-tiny tied, T 150", ["--preset", "qwen3.5-moe-tiny", "--tie"], 150),
+    ("qwen3.5-moe text-only form", ["--preset", "qwen3.5-moe-text-tiny"], 30),
     # The shipped model (models/default, trained by this engine; bf16 weights widened exactly).
     ("models/default (trained here)", None, 70, {"dir": os.path.join(HERE, "..", "..", "models", "default")}),
 ]
