@@ -92,6 +92,22 @@ std::vector<bool> read_attention_layers(const JsonKeys& k, const char* key, int 
   return attn;
 }
 
+std::vector<bool> read_hybrid_layers(const JsonKeys& k) {
+  const nlohmann::json& list = k.raw("layers_block_type");
+  if (!list.is_array() || list.empty() || list.size() > (1u << 14))
+    k.fail("layers_block_type", "expected a list of \"mamba\" / \"hybrid\"");
+  std::vector<bool> hybrid;
+  for (size_t i = 0; i < list.size(); ++i) {
+    const std::string t = list[i].is_string() ? list[i].get<std::string>() : "";
+    if (t != "mamba" && t != "hybrid")
+      k.fail("layers_block_type", "entry " + std::to_string(i) + ": unknown layer type (use mamba or hybrid)");
+    hybrid.push_back(t == "hybrid");
+  }
+  if (k.has("num_hidden_layers") && k.integer("num_hidden_layers") != static_cast<int64_t>(hybrid.size()))
+    k.fail("num_hidden_layers", "layers_block_type has " + std::to_string(hybrid.size()) + " entries");
+  return hybrid;
+}
+
 float read_rope_theta(const JsonKeys& k, double def) {
   if (k.has("rope_parameters")) {
     if (!k.raw("rope_parameters").is_object()) k.fail("rope_parameters", "expected an object");

@@ -49,6 +49,9 @@ int rotary_dims(const JsonKeys& k, const char* key, double factor, int head_dim)
 // "attention" / "full_attention" and "mamba" / "linear_attention"; anything else, or a list
 // whose length is not n_layers, is an error naming the entry.
 std::vector<bool> read_attention_layers(const JsonKeys& k, const char* key, int n_layers);
+// Zamba and Zamba2's `layers_block_type`: true for "hybrid" (a shared-block layer), false for
+// "mamba"; must be a non-empty list of those, and num_hidden_layers (if given) its length.
+std::vector<bool> read_hybrid_layers(const JsonKeys& k);
 // RoPE base from `rope_parameters.rope_theta` (transformers 5) or `rope_theta`.
 float read_rope_theta(const JsonKeys& k, double def);
 // The Hugging Face Mamba-2 time_step_limit pair [min, max] (null / "inf" / Infinity allowed).

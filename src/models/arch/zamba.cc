@@ -33,17 +33,7 @@ HybridConfig parse_zamba(const JsonKeys& k, NormGrouping) {
 
   std::vector<bool> hybrid;
   if (k.has("layers_block_type")) {
-    const nlohmann::json& list = k.raw("layers_block_type");
-    if (!list.is_array() || list.empty() || list.size() > (1u << 14))
-      k.fail("layers_block_type", "expected a list of \"mamba\" / \"hybrid\"");
-    for (size_t i = 0; i < list.size(); ++i) {
-      const std::string t = list[i].is_string() ? list[i].get<std::string>() : "";
-      if (t != "mamba" && t != "hybrid")
-        k.fail("layers_block_type", "entry " + std::to_string(i) + ": unknown layer type (use mamba or hybrid)");
-      hybrid.push_back(t == "hybrid");
-    }
-    if (k.has("num_hidden_layers") && k.integer("num_hidden_layers") != static_cast<int64_t>(hybrid.size()))
-      k.fail("num_hidden_layers", "layers_block_type has " + std::to_string(hybrid.size()) + " entries");
+    hybrid = read_hybrid_layers(k);
   } else {  // ZambaConfig._layers_block_type
     const int n = k.positive("num_hidden_layers", 76, 1 << 14);
     if (n < 3) k.fail("num_hidden_layers", "must be at least 3 (layer 2 is Zamba's first hybrid layer)");

@@ -29,15 +29,7 @@ HybridConfig parse_zamba2(const JsonKeys& k, NormGrouping) {
 
   std::vector<bool> hybrid;
   if (k.has("layers_block_type")) {
-    const nlohmann::json& list = k.raw("layers_block_type");
-    if (!list.is_array() || list.empty() || list.size() > (1u << 14))
-      k.fail("layers_block_type", "expected a list of \"mamba\" / \"hybrid\"");
-    for (size_t i = 0; i < list.size(); ++i) {
-      const std::string t = list[i].is_string() ? list[i].get<std::string>() : "";
-      if (t != "mamba" && t != "hybrid")
-        k.fail("layers_block_type", "entry " + std::to_string(i) + ": unknown layer type (use mamba or hybrid)");
-      hybrid.push_back(t == "hybrid");
-    }
+    hybrid = read_hybrid_layers(k);
   } else {  // Zamba2Config's default (54 layers)
     const char* unit = "mmmmmh";
     hybrid.push_back(false);
