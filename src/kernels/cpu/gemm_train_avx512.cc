@@ -48,7 +48,8 @@ void pack_b(StridedView B, int N, int k0, int kc, float* bp, size_t pb, size_t p
         const float* src = base + static_cast<size_t>(j) * B.col;
         for (int k = 0; k < kc; ++k) out[static_cast<size_t>(k) * kNR + j] = src[static_cast<size_t>(k) * B.row];
       }
-      for (int k = 0; k < kc; ++k) std::fill(out + static_cast<size_t>(k) * kNR + nn, out + static_cast<size_t>(k + 1) * kNR, 0.0f);
+      for (int k = 0; k < kc; ++k)
+        std::fill(out + static_cast<size_t>(k) * kNR + nn, out + static_cast<size_t>(k + 1) * kNR, 0.0f);
     }
   }
 }
