@@ -507,18 +507,26 @@ TEST_P(ModelInvariants, Bf16StateDecodedInPlaceEqualsStaged) {
   EXPECT_EQ(cache_contents(e, b), cache_contents(e, b2));
 }
 
-// --dtype q8_0: every weight matrix quantized at load. Logits track the f32 model within the
+// A quantized --dtype's invariants: its tolerances against f32 weights (plain, discrete Mamba-2 and
+// routed-MoE fixtures; see tests/numerics.h) and for prefill + decode against its own forward.
+struct QuantTols {
+  double model, discrete, routed, split, correlation;
+};
+
+// --dtype q8_0 / q4_0: every weight matrix quantized at load. Logits track the f32 model within the
 // quantization error, and prefill + decode still agree with one full forward.
-TEST_P(ModelInvariants, Q8WeightsTrackF32) {
-  Engine f32(dir(), opts());
-  EngineOptions o = opts();
-  o.load.dtype = WeightDType::Q8_0;
-  Engine q8(dir(), o);
-  std::printf("%s: weight bytes q8_0 %zu, f32 %zu\n", model(), q8.model().weight_bytes(), f32.model().weight_bytes());
-  // Matrices whose rows are whole 64-code steps are stored as int8. The zamba2 fixture (hidden size
-  // 32: most matrices have 32 columns and stay f32; its 8-row adapters pad to a 16-row panel)
-  // saves the least, ~25%; every other fixture more.
-  EXPECT_LT(q8.model().weight_bytes(), f32.model().weight_bytes() * 4 / 5) << "matrices should be stored as int8";
+void quantized_tracks_f32(const std::filesystem::path& dir, const EngineOptions& base, const char* model,
+                          WeightDType dtype, const QuantTols& tols) {
+  const char* name = weight_dtype_name(dtype);
+  Engine f32(dir, base);
+  EngineOptions o = base;
+  o.load.dtype = dtype;
+  Engine q(dir, o);
+  std::printf("%s: weight bytes %s %zu, f32 %zu\n", model, name, q.model().weight_bytes(), f32.model().weight_bytes());
+  // Matrices whose rows are whole 64-code steps are stored as int8 (4-bit) codes. The zamba2
+  // fixture (hidden size 32: most matrices have 32 columns and stay f32; its 8-row adapters pad to
+  // a 16-row panel) saves the least, ~25% at q8_0; every other fixture more.
+  EXPECT_LT(q.model().weight_bytes(), f32.model().weight_bytes() * 4 / 5) << "matrices should be stored quantized";
   const int T = 19, V = f32.vocab_size();
   const auto ids = random_ids(T, V, 71);
   auto full = [&](Engine& e) {
@@ -527,17 +535,44 @@ TEST_P(ModelInvariants, Q8WeightsTrackF32) {
     e.free_sequence(s);
     return l;
   };
-  const std::vector<float> want = full(f32), got = full(q8);
+  const std::vector<float> want = full(f32), got = full(q);
   const double err = rel_err(got.data(), want.data(), want.size());
-  std::printf("%s: q8_0 vs f32 logits %.2e\n", model(), err);
-  const bool discrete = std::string(model()) == "llamba" || std::string(model()) == "hybridlm_m2d";
-  const bool routed = std::string(model()) == "lfm2_moe";
-  EXPECT_LT(err, discrete ? tol::kQ8ModelDiscreteMamba2 : routed ? tol::kQ8ModelRoutedMoe : tol::kQ8Model);
-  EXPECT_NE(got, want) << "q8_0 should round something";
-  const std::vector<float> split = prefill_then_decode(q8, ids, 11);
+  // The logits' correlation (centred, over all tokens and the vocabulary) with f32's.
+  double mg = 0, mw = 0, sgw = 0, sgg = 0, sww = 0;
+  for (size_t i = 0; i < got.size(); ++i) mg += got[i], mw += want[i];
+  mg /= static_cast<double>(got.size()), mw /= static_cast<double>(got.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    sgw += (got[i] - mg) * (want[i] - mw), sgg += (got[i] - mg) * (got[i] - mg), sww += (want[i] - mw) * (want[i] - mw);
+  }
+  const double corr = sgw / std::sqrt(sgg * sww);
+  std::printf("%s: %s vs f32 logits %.2e, correlation %.4f\n", model, name, err, corr);
+  EXPECT_GT(corr, tols.correlation);
+  const bool discrete = std::string(model) == "llamba" || std::string(model) == "hybridlm_m2d";
+  const bool routed = std::string(model) == "lfm2_moe";
+  EXPECT_LT(err, discrete ? tols.discrete : routed ? tols.routed : tols.model);
+  EXPECT_NE(got, want) << name << " should round something";
+  const std::vector<float> split = prefill_then_decode(q, ids, 11);
   const double split_err = rel_err(split.data(), got.data(), got.size());
-  std::printf("%s: q8_0 prefill+decode vs full %.2e\n", model(), split_err);
-  EXPECT_LT(split_err, tol::kQ8DecodeVsPrefill);
+  std::printf("%s: %s prefill+decode vs full %.2e\n", model, name, split_err);
+  EXPECT_LT(split_err, tols.split);
+}
+
+TEST_P(ModelInvariants, Q8WeightsTrackF32) {
+  quantized_tracks_f32(dir(), opts(), model(), WeightDType::Q8_0,
+                       {tol::kQ8Model, tol::kQ8ModelDiscreteMamba2, tol::kQ8ModelRoutedMoe, tol::kQ8DecodeVsPrefill,
+                        tol::kQ8ModelCorrelation});
+}
+
+TEST_P(ModelInvariants, Q4WeightsTrackF32) {
+  quantized_tracks_f32(dir(), opts(), model(), WeightDType::Q4_0,
+                       {tol::kQ4Model, tol::kQ4ModelDiscreteMamba2, tol::kQ4ModelRoutedMoe, tol::kQ4DecodeVsPrefill,
+                        tol::kQ4ModelCorrelation});
+  // The same matrices as q8_0, in fewer bytes.
+  EngineOptions o = opts();
+  o.load.dtype = WeightDType::Q8_0;
+  const size_t q8 = Engine(dir(), o).model().weight_bytes();
+  o.load.dtype = WeightDType::Q4_0;
+  EXPECT_LT(Engine(dir(), o).model().weight_bytes(), q8);
 }
 
 std::string invariant_name(const ::testing::TestParamInfo<std::tuple<const char*, DType>>& i) {
