@@ -6,10 +6,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <random>
 #include <unistd.h>
 
 #include "io/safetensors.h"
+#include "models/model.h"
+#include "tensor/quant.h"
 
 #include "base/error.h"
 #include "numerics.h"
@@ -645,6 +648,66 @@ std::filesystem::path edited_fixture(const std::string& name, const std::string&
   write_safetensors(dst / "model.safetensors", ts);
   return dst;
 }
+
+// q4_0 computes the model of the values it holds: the engine at --dtype q4_0 against the engine at
+// f32 on a copy of the checkpoint whose quantized matrices (those matrix_storage stores as q4_0,
+// cut as the loader cuts them: a stacked tensor per expert) hold dequantize(quantize(w)). Only the
+// activations' q8_0 rounding separates the two, so this holds q4_0 to a q8_0-size tolerance where
+// the comparison with the f32 weights cannot (Q4WeightsTrackF32).
+class Q4Values : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(Q4Values, Q4IsTheModelOfItsValues) {
+  const std::string model = GetParam();
+  EngineOptions o = opts();
+  o.load.dtype = WeightDType::Q4_0;
+  Engine q4(fixtures() / model, o);
+  std::map<std::string, std::vector<float>> values;  // the rewritten tensors, f32
+  for (const TensorEntry& e : Model::tensors(q4.model().config())) {
+    if (e.kind == TensorEntry::Vector) continue;
+    const bool stacked = e.kind == TensorEntry::Stacked;
+    const int64_t copies = stacked ? e.shape[0] : 1;
+    const int rows = static_cast<int>(e.shape[stacked ? 1 : 0]);
+    const int cols = static_cast<int>(e.numel() / copies / rows);
+    if (matrix_storage(rows, cols, WeightDType::Q4_0).dtype != DType::U8) continue;
+    const SafetensorsFile f = SafetensorsFile::open(fixtures() / model / "model.safetensors");
+    ASSERT_TRUE(f.tensors().count(e.name)) << e.name;
+    std::vector<float>& w = values[e.name];
+    w.resize(static_cast<size_t>(e.numel()));
+    f.tensors().at(e.name).to_f32(w.data());
+    std::vector<uint8_t> codes(q4_code_bytes(rows, cols));
+    std::vector<float> scales(q4_scale_count(rows, cols));
+    for (int64_t k = 0; k < copies; ++k) {
+      float* m = w.data() + static_cast<size_t>(k) * rows * cols;
+      quantize_q4_0_matrix(m, rows, cols, codes.data(), scales.data());
+      for (int r = 0; r < rows; ++r)
+        dequantize_q4_0_matrix_row(codes.data(), scales.data(), r, cols, m + static_cast<size_t>(r) * cols);
+    }
+  }
+  ASSERT_FALSE(values.empty());
+  const auto dir = edited_fixture(model, "q4values_" + model, [&](std::vector<TensorToWrite>& ts) {
+    for (TensorToWrite& t : ts) {
+      const auto it = values.find(t.name);
+      if (it == values.end()) continue;
+      t.dtype = DType::F32;
+      t.bytes = {reinterpret_cast<const uint8_t*>(it->second.data()), it->second.size() * sizeof(float)};
+    }
+  });
+  Engine f32(dir, opts());
+  const int T = 19;
+  const auto ids = random_ids(T, f32.vocab_size(), 71);
+  auto full = [&](Engine& e) {
+    const int s = e.new_sequence();
+    std::vector<float> l = e.prefill(s, ids, true);
+    e.free_sequence(s);
+    return l;
+  };
+  const std::vector<float> want = full(f32), got = full(q4);
+  const double err = rel_err(got.data(), want.data(), want.size());
+  std::printf("%s: q4_0 vs f32 on its values %.2e\n", model.c_str(), err);
+  EXPECT_LT(err, tol::kQ4VsItsValues);
+  std::filesystem::remove_all(dir);
+}
+INSTANTIATE_TEST_SUITE_P(Fixtures, Q4Values, ::testing::ValuesIn(kModels));
 
 std::string load_error(const std::filesystem::path& dir) {
   try {
