@@ -241,13 +241,16 @@ HYBRIDLM_VNNI void q8_tile_vnni(const WeightView& W, const float* bias, const Q8
   }
 }
 
-// Panels [pb, pe): decode two panels at a time (two independent chains), prefill 8 tokens per
-// tile, remainders by smaller tiles.
+// Panels [pb, pe): decode two panels at a time (two independent chains; q4_0 four, whose panels
+// are half the bytes: more loads in flight), prefill 8 tokens per tile, remainders by smaller
+// tiles.
 template <bool kQ4>
 HYBRIDLM_VNNI void q8_panels_vnni(const WeightView& W, const float* bias, const Q8Acts& xa, int T, float* y, int pb,
                                   int pe) {
   int p = pb;
   if (T == 1) {
+    if constexpr (kQ4)
+      for (; p + 4 <= pe; p += 4) q8_tile_vnni<kQ4, 1, 4>(W, bias, xa, 0, p, y);
     for (; p + 2 <= pe; p += 2) q8_tile_vnni<kQ4, 1, 2>(W, bias, xa, 0, p, y);
     for (; p < pe; ++p) q8_tile_vnni<kQ4, 1, 1>(W, bias, xa, 0, p, y);
     return;
