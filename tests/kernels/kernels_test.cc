@@ -311,6 +311,7 @@ struct MatmulCase {
 TEST_F(Kernels, MatmulMatchesRef) {
   const MatmulCase cases[] = {
       {"decode matvec, mamba-130m in_proj shape", 1, 3072, 768},
+      {"decode matvec of 2048 columns: q4_0's 4-panel tiles, then 2 and 1", 1, 100, 2048},
       {"small prefill, odd sizes", 5, 37, 17},
       {"x_proj-like, R+2N rows", 19, 80, 1536},
       {"cols not a multiple of 16", 3, 9, 100},
