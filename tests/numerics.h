@@ -11,11 +11,18 @@ constexpr double kMatmulBF16 = 2e-5;
 // q8_0: both sides quantize the activations with the same function and sum the same exact int32
 // block products; only the f32 accumulation of the scaled block sums differs from double.
 constexpr double kMatmulQ8 = 2e-5;
+// q4_0 weights (q8_0 activations): the same exact integer sums on both sides.
+constexpr double kMatmulQ4 = 2e-5;
 // q8_0 against the exact f32 product: each code is within half a step (max|block| / 254) of its
 // value, ~0.4% rms of a Gaussian block for weights and activations alike; summed over K random
 // terms the output error stays ~0.5% of the output scale. 2e-2 leaves margin and still fails on
 // any wrong block, scale or sign.
 constexpr double kQ8VsF32 = 2e-2;
+// q4_0 against the exact f32 product: a code is within half a step of its value, a step being
+// max|block| / 8 (the opposite sign of the largest value clamps, within a step): ~8% rms of a
+// Gaussian block's scale per weight, 16x q8_0's. Measured 4.2-8.5% of the output scale over the
+// MatmulMatchesRef shapes (q8_0: 0.4-0.9%); 0.15 still fails on any wrong block, scale or sign.
+constexpr double kQ4VsF32 = 0.15;
 // Whole models with q8_0 weights vs f32 weights (logits, relative to their scale), and q8_0
 // prefill + decode vs one q8_0 forward (the activations entering each matmul differ by f32
 // rounding, which can move a code across a rounding boundary: one step is ~0.4% of a block's
@@ -46,6 +53,26 @@ constexpr double kQ8ModelRoutedMoe = 0.5;
 // fixtures (qwen3_5, qwen3_5_moe), the same blocks, measured 0.05-0.10 and share this bound.
 constexpr double kQ8ModelGatedDeltaNet = 0.35;
 constexpr double kQ8DecodeVsPrefill = 1e-2;
+// The same for q4_0 weights (steps 16x q8_0's). On the tiny random-weight fixtures (hidden sizes
+// 32-64) 4-bit rounding moves the logits by the order of the logits themselves: measured 5.8e-2
+// (granite) to 1.04 (nemotron_h) of their scale, discrete Mamba-2 0.57 / 0.84, lfm2_moe 0.78, gated
+// DeltaNet 0.59 (qwen3_5) to 0.85 (qwen3_5_moe). So the largest deviation only bounds gross
+// failure here; the correlation below is what catches a wrong layout, block or sign. Prefill + decode vs one q4_0 forward measured <= 2.7e-7, as q8_0.
+constexpr double kQ4Model = 1.5;
+constexpr double kQ4ModelDiscreteMamba2 = 1.5;
+constexpr double kQ4ModelRoutedMoe = 1.5;
+constexpr double kQ4ModelGatedDeltaNet = 1.5;
+constexpr double kQ4DecodeVsPrefill = 1e-2;
+// q4_0 weights against f32 weights holding the same values: only the activations' q8_0 rounding
+// differs, so the error is q8_0's size, not q4_0's: measured 2.5e-3 (granite) to 5.6e-2 (lfm2_moe),
+// 8.7e-2 (llamba) and 9.5e-2 (zamba2, hidden size 32: one activation block per row), against
+// 0.06-1.04 for the same engines against the f32 weights.
+constexpr double kQ4VsItsValues = 0.15;
+// Centred correlation of the quantized model's logits (all tokens, whole vocabulary) with the f32
+// model's. q8_0 measured 0.991 (lfm2_moe) to 1.0000; q4_0 0.786 (lfm2_moe), 0.84 (lfm2, zamba2),
+// 0.89-0.99 the others. A model computing the wrong thing correlates near 0.
+constexpr double kQ8ModelCorrelation = 0.98;
+constexpr double kQ4ModelCorrelation = 0.7;
 constexpr double kNorm = 1e-5;
 constexpr double kConv = 1e-5;
 // Scans: exp() of f32 arguments and long recurrences in f32 vs double.

@@ -50,11 +50,13 @@ inline ScratchNeed most(ScratchNeed a, ScratchNeed b) {
   return {std::max(a.caller, b.caller), std::max(a.worker, b.worker)};
 }
 
-// A weight matrix W: (rows, cols) row-major (W is PyTorch's Linear.weight: (out, in)) in f32, bf16
-// or q8_0. q8_0 (dtype I8, see tensor/quant.h): `data` holds the codes (biased: uint8 q + 128)
-// and `scales` one f32 per 32 codes, both in the 16-row panel layout of quantize_q8_0_matrix. A q8_0
-// matmul quantizes each activation row to q8_0 too and sums integer block products (as llama.cpp's
-// q8_0 x q8_0 dot): y = sum over blocks of (sum_i qw_i qx_i) * dw * dx.
+// A weight matrix W: (rows, cols) row-major (W is PyTorch's Linear.weight: (out, in)) in f32, bf16,
+// q8_0 or q4_0. q8_0 (dtype I8, see tensor/quant.h): `data` holds the codes (biased: uint8 q + 128)
+// and `scales` one f32 per 32 codes, both in the 16-row panel layout of quantize_q8_0_matrix. q4_0
+// (dtype U8): `data` holds the packed 4-bit codes (c in [0, 15], value c - 8) and `scales` as
+// q8_0's, in the layout of quantize_q4_0_matrix. A q8_0 or q4_0 matmul quantizes each activation
+// row to q8_0 and sums integer block products (as llama.cpp's q8_0 x q8_0 and q4_0 x q8_0 dots):
+// y = sum over blocks of (sum_i qw_i qx_i) * dw * dx, qw the weight's signed code.
 // f32 and bf16 weights come row-major (as mapped from the checkpoint) or, when copied at load, in
 // lane panels (`panels`), the order in which the AVX-512 GEMM tiles read them: rows in panels of
 // 32 (padded with zero rows); inside a panel, the 32 rows' values of one column are contiguous,
@@ -66,8 +68,8 @@ struct WeightView {
   DType dtype = DType::F32;
   const void* data = nullptr;
   int rows = 0, cols = 0;
-  const float* scales = nullptr;  // q8_0 only
-  bool panels = false;            // f32/bf16: the lane-panel layout (q8_0 always has its own panels)
+  const float* scales = nullptr;  // q8_0 and q4_0 only
+  bool panels = false;            // f32/bf16: the lane-panel layout (q8_0 and q4_0 have their own panels)
 };
 
 constexpr int kPanelRows = 32, kPanelLanes = 16, kPanelGroup = 4;

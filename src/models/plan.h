@@ -37,7 +37,7 @@ struct StoredDType {
 StoredDType stored_dtype(const std::filesystem::path& dir);
 // From a config alone: its torch_dtype (f32 when absent, as transformers assumes).
 StoredDType stored_dtype(const HybridConfig& c);
-// --dtype as the CLI's loader (ModelFlags::options) and `plan` both resolve it: f32, bf16, q8_0
+// --dtype as the CLI's loader (ModelFlags::options) and `plan` both resolve it: f32, bf16, q8_0, q4_0
 // as given; auto: auto_weight_dtype of the model's own dtype, asking `stored` only then.
 WeightDType resolve_weight_dtype(const std::string& flag, const std::function<StoredDType()>& stored);
 

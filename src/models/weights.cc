@@ -11,7 +11,8 @@ WeightDType parse_weight_dtype(const std::string& s) {
   if (s == "f32") return WeightDType::F32;
   if (s == "bf16") return WeightDType::BF16;
   if (s == "q8_0") return WeightDType::Q8_0;
-  throw Error("--dtype " + s + ": unsupported (use auto, f32, bf16 or q8_0)");
+  if (s == "q4_0") return WeightDType::Q4_0;
+  throw Error("--dtype " + s + ": unsupported (use auto, f32, bf16, q8_0 or q4_0)");
 }
 
 const char* weight_dtype_name(WeightDType t) {
@@ -19,6 +20,7 @@ const char* weight_dtype_name(WeightDType t) {
     case WeightDType::F32: return "f32";
     case WeightDType::BF16: return "bf16";
     case WeightDType::Q8_0: return "q8_0";
+    case WeightDType::Q4_0: return "q4_0";
   }
   return "?";
 }
@@ -65,7 +67,10 @@ void WeightReader::report(const TensorInfo& t, const Matrix* m, size_t bytes) co
   if (!on_tensor_) return;
   std::string held = "f32";
   if (m) {
-    held = m->dtype == DType::I8 ? "q8_0" : m->dtype == DType::BF16 ? "bf16" : "f32";
+    held = m->dtype == DType::I8   ? "q8_0"
+           : m->dtype == DType::U8 ? "q4_0"
+           : m->dtype == DType::BF16 ? "bf16"
+                                     : "f32";
     held += m->mapped ? " mapped" : m->panels ? " panels" : "";
   }
   on_tensor_({t, held, bytes, read_, total_});
@@ -94,10 +99,12 @@ MatrixStorage matrix_storage(int rows, int cols, WeightDType dtype) {
   // q8_0 only where a row is whole 64-code steps and the codes and scales, rows padded to whole
   // 16-row panels, take less memory than f32: a narrow or very short matrix (Mamba-1's dt_proj at
   // dt_rank 48, a one-row adapter) would grow with the padding, and is too small to matter; it
-  // stays f32.
+  // stays f32. q4_0 quantizes exactly the matrices q8_0 does (the same rule), 4 bits a code.
   const size_t q8_bytes = q8_code_count(rows, cols) + q8_scale_count(rows, cols) * sizeof(float);
-  if (dtype == WeightDType::Q8_0 && cols % 64 == 0 && q8_bytes < n * sizeof(float))
-    return {DType::I8, false, q8_bytes};
+  const bool quantize = cols % 64 == 0 && q8_bytes < n * sizeof(float);
+  if (dtype == WeightDType::Q8_0 && quantize) return {DType::I8, false, q8_bytes};
+  if (dtype == WeightDType::Q4_0 && quantize)
+    return {DType::U8, false, q4_code_bytes(rows, cols) + q4_scale_count(rows, cols) * sizeof(float)};
   // Lane panels for whole 16-column chunks and at least 8 panels of rows. Narrower matrices
   // (Mamba-1's x_proj: 80 or 160 rows) stay row-major: split over 2 threads, 3 or 5 panels
   // leave one idle a third of the time, and the dot-product tiles ran them 1.5x faster at 1
@@ -111,10 +118,14 @@ Matrix WeightReader::slice(const TensorInfo& t, int64_t row0, int rows, int cols
   Matrix m;
   m.rows = rows;
   m.cols = cols;
-  const DType want = dtype_ == WeightDType::BF16 ? DType::BF16 : dtype_ == WeightDType::Q8_0 ? DType::I8 : DType::F32;
+  const DType want = dtype_ == WeightDType::BF16   ? DType::BF16
+                     : dtype_ == WeightDType::Q8_0 ? DType::I8
+                     : dtype_ == WeightDType::Q4_0 ? DType::U8
+                                                   : DType::F32;
   const size_t first = static_cast<size_t>(row0) * cols, n = static_cast<size_t>(rows) * cols;
   const uint8_t* at = t.data + first * dtype_size(t.dtype);
-  if (zero_copy_ && want != DType::I8 && t.dtype == want && reinterpret_cast<uintptr_t>(at) % dtype_size(want) == 0) {
+  if (zero_copy_ && (want == DType::F32 || want == DType::BF16) && t.dtype == want &&
+      reinterpret_cast<uintptr_t>(at) % dtype_size(want) == 0) {
     m.dtype = want;
     m.mapped = at;
     mapped_ += n * dtype_size(want);
@@ -127,9 +138,13 @@ Matrix WeightReader::slice(const TensorInfo& t, int64_t row0, int rows, int cols
   const MatrixStorage st = matrix_storage(rows, cols, dtype_);
   m.dtype = st.dtype;
   if (st.dtype == DType::I8) {
-    m.q8.resize(q8_code_count(rows, cols));
-    m.q8_scales.resize(q8_scale_count(rows, cols));
-    quantize_q8_0_matrix(f.data(), rows, cols, m.q8.data(), m.q8_scales.data());
+    m.codes.resize(q8_code_count(rows, cols));
+    m.scales.resize(q8_scale_count(rows, cols));
+    quantize_q8_0_matrix(f.data(), rows, cols, m.codes.data(), m.scales.data());
+  } else if (st.dtype == DType::U8) {
+    m.codes.resize(q4_code_bytes(rows, cols));
+    m.scales.resize(q4_scale_count(rows, cols));
+    quantize_q4_0_matrix(f.data(), rows, cols, m.codes.data(), m.scales.data());
   } else {
     m.panels = st.panels;
     auto store = [&](auto& out, auto convert) {

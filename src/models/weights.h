@@ -1,5 +1,5 @@
 // Weights in memory, converted once at load from the checkpoint's dtype (f32/bf16/f16 on disk) to
-// the compute-side storage: big matrices in the requested --dtype (f32, bf16 or q8_0), small
+// the compute-side storage: big matrices in the requested --dtype (f32, bf16, q8_0 or q4_0), small
 // vectors f32.
 #pragma once
 
@@ -14,8 +14,8 @@
 
 namespace hybridlm {
 
-enum class WeightDType { F32, BF16, Q8_0 };
-// "f32" / "bf16" / "q8_0"; throws Error otherwise.
+enum class WeightDType { F32, BF16, Q8_0, Q4_0 };
+// "f32" / "bf16" / "q8_0" / "q4_0"; throws Error otherwise.
 WeightDType parse_weight_dtype(const std::string& s);
 const char* weight_dtype_name(WeightDType t);
 
@@ -42,19 +42,21 @@ struct Matrix {
   bool panels = false;
   HugeVector<float> f32;
   HugeVector<uint16_t> bf16;
-  HugeVector<uint8_t> q8;       // dtype I8: q8_0 codes and scales in the panel layout of
-  HugeVector<float> q8_scales;  // quantize_q8_0_matrix (tensor/quant.h)
+  // dtype I8 (q8_0) or U8 (q4_0): codes and scales in the panel layout of quantize_q8_0_matrix or
+  // quantize_q4_0_matrix (tensor/quant.h).
+  HugeVector<uint8_t> codes;
+  HugeVector<float> scales;
   // Zero-copy: the weights inside the mapped checkpoint (the model keeps the mapping alive).
   const void* mapped = nullptr;
   WeightView view() const {
-    if (dtype == DType::I8) return {dtype, q8.data(), rows, cols, q8_scales.data()};
+    if (dtype == DType::I8 || dtype == DType::U8) return {dtype, codes.data(), rows, cols, scales.data()};
     if (mapped) return {dtype, mapped, rows, cols};
     const void* data = dtype == DType::BF16 ? static_cast<const void*>(bf16.data()) : f32.data();
     return {dtype, data, rows, cols, nullptr, panels};
   }
   size_t bytes() const {
     if (mapped) return static_cast<size_t>(rows) * cols * (dtype == DType::BF16 ? 2 : 4);
-    return f32.size() * 4 + bf16.size() * 2 + q8.size() + q8_scales.size() * sizeof(float);
+    return f32.size() * 4 + bf16.size() * 2 + codes.size() + scales.size() * sizeof(float);
   }
 };
 
@@ -76,7 +78,8 @@ MatrixStorage matrix_storage(int rows, int cols, WeightDType dtype);
 // means is the source's: WeightReader reads and converts each tensor from a checkpoint;
 // TensorCatalog records it from the config alone (parameter counts, `plan`, and later the
 // optimizer's parameter list). Two kinds of tensor, and their dtype rules:
-// - matrix(): a large weight, stored at --dtype (f32, bf16, or q8_0 where matrix_storage allows);
+// - matrix(): a large weight, stored at --dtype (f32, bf16, or q8_0 / q4_0 where matrix_storage
+//   allows);
 // - vector(): a small parameter (norm weight, bias, conv taps, A_log, D, dt_bias), always f32.
 // All are trainable parameters.
 class TensorSource {

@@ -80,6 +80,18 @@ struct Q8Matrix {
   std::vector<float> scales;
 };
 
+// The same for q4_0.
+struct Q4Matrix {
+  Q4Matrix(const std::vector<float>& w, int rows, int cols)
+      : rows(rows), cols(cols), codes(q4_code_bytes(rows, cols)), scales(q4_scale_count(rows, cols)) {
+    quantize_q4_0_matrix(w.data(), rows, cols, codes.data(), scales.data());
+  }
+  WeightView view() const { return {DType::U8, codes.data(), rows, cols, scales.data()}; }
+  int rows, cols;
+  std::vector<uint8_t> codes;  // packed nibbles, in the VNNI panel layout
+  std::vector<float> scales;
+};
+
 // The path the test binary runs is the one HYBRIDLM_CPU_PATH names (ctest runs this file once per
 // path), unless the CPU lacks it.
 TEST(CpuPath, EnvironmentSelectsThePath) {
@@ -148,6 +160,123 @@ TEST(Q8, QuantizeRoundTripsWithinHalfAStep) {
   EXPECT_EQ(q[0], 0);
 }
 
+// q4_0 from its definition, written apart from tensor/quant.cc: per block of 32, d = (the first
+// value of the largest magnitude) / -8 in f32, and each value's code the c in [0, 15] whose
+// (c - 8) * d is nearest to it, ties to the larger c (ggml rounds x / d + 8.5 down), found by
+// trying all 16 in long double.
+void naive_q4_0(const std::vector<float>& x, int n, std::vector<int>& codes, std::vector<float>& scales) {
+  const int blocks = (n + 63) / 64 * 2;
+  codes.assign(static_cast<size_t>(blocks) * 32, 8);
+  scales.assign(static_cast<size_t>(blocks), 0.0f);
+  for (int b = 0; b < blocks; ++b) {
+    float top = 0.0f;
+    bool bad = false;
+    for (int i = b * 32; i < std::min(n, b * 32 + 32); ++i) {
+      if (!std::isfinite(x[i])) bad = true;
+      else if (std::fabs(x[i]) > std::fabs(top)) top = x[i];
+    }
+    const float d = top / -8.0f;
+    scales[b] = bad ? std::nanf("") : top == 0.0f ? 0.0f : d;
+    if (bad || top == 0.0f) continue;
+    for (int i = b * 32; i < std::min(n, b * 32 + 32); ++i) {
+      long double best = 1e300L;
+      for (int c = 0; c < 16; ++c) {
+        const long double dist = std::fabs(static_cast<long double>(x[i]) - static_cast<long double>(c - 8) * d);
+        if (dist <= best) best = dist, codes[i] = c;
+      }
+    }
+  }
+}
+
+TEST(Q4, QuantizeIsTheNearestStepOfTheBlockScale) {
+  for (int n : {70, 768, 32}) {
+    for (uint64_t seed : {1, 2, 3}) {
+      auto x = randn(static_cast<size_t>(n), seed, seed == 3 ? 1e-3f : 1.0f);
+      if (n == 70) {
+        x[5] = 8.0f, x[6] = -8.0f;  // a tie of magnitudes: the first (+8) sets d = -1
+        x[7] = 0.5f, x[8] = -1.5f;  // exact halves of a step: ties to the larger code
+        for (int i = 32; i < 64; ++i) x[i] = 0.0f;  // an all-zero block
+      }
+      std::vector<uint8_t> q(q8_row_stride(n), 99);
+      std::vector<float> d(q8_row_blocks(n), -1.0f);
+      quantize_q4_0_row(x.data(), n, q.data(), d.data());
+      std::vector<int> want;
+      std::vector<float> want_d;
+      naive_q4_0(x, n, want, want_d);
+      ASSERT_EQ(want.size(), q.size());
+      for (size_t i = 0; i < q.size(); ++i) ASSERT_EQ(q[i], want[i]) << "n " << n << " seed " << seed << " code " << i;
+      for (size_t b = 0; b < d.size(); ++b) ASSERT_EQ(d[b], want_d[b]) << "scale " << b;
+      if (n == 70) {
+        EXPECT_EQ(d[0], -1.0f);
+        EXPECT_EQ(q[5], 0);   // +8 = (0 - 8) * -1
+        EXPECT_EQ(q[6], 15);  // -8 is 8 steps up: clamped to 7 (-7)
+        EXPECT_EQ(q[7], 8);   // 0.5 = -0.5 steps: halfway between codes 7 and 8
+        EXPECT_EQ(q[8], 10);  // -1.5 = 1.5 steps: halfway between 9 and 10
+        EXPECT_EQ(d[1], 0.0f);
+        EXPECT_EQ(d[3], 0.0f);  // padding only
+      }
+      // Each value is within half a step of its own, but the one clamped (the largest magnitude's
+      // opposite sign reaches 8 steps; q4_0 stops at 7): within a step.
+      std::vector<float> back(n);
+      dequantize_q4_0_row(q.data(), d.data(), n, back.data());
+      for (int c = 0; c < n; ++c) {
+        const float step = std::fabs(d[c / 32]);
+        ASSERT_LE(std::fabs(back[c] - x[c]), (q[c] == 15 ? 1.0f : 0.5f) * step * 1.0001f) << c;
+      }
+      // ggml's reference rounds x * (1 / d) + 8.5 in f32: the same codes but at a near-tie,
+      // which f32 rounding may push one code over.
+      int differ = 0;
+      for (int c = 0; c < n; ++c) {
+        const float dd = d[c / 32];
+        if (dd == 0.0f) continue;
+        const volatile float scaled = x[c] * (1.0f / dd);
+        const int ggml = std::min(15, static_cast<int>(scaled + 8.5f));
+        if (ggml != q[c]) {
+          ++differ;
+          const double exact = static_cast<double>(x[c]) / dd + 8.5;
+          ASSERT_LT(std::fabs(exact - std::round(exact)), 1e-5) << "not a near-tie, col " << c;
+          ASSERT_EQ(std::abs(ggml - q[c]), 1);
+        }
+      }
+      EXPECT_LE(differ, n / 16);
+    }
+  }
+  // A NaN or an infinity: the block's scale is NaN (its products NaN), every code 8.
+  std::vector<uint8_t> q(64);
+  std::vector<float> d(2);
+  for (float bad : {std::nanf(""), std::numeric_limits<float>::infinity()}) {
+    std::vector<float> z(40, 1.0f);
+    z[3] = bad;
+    quantize_q4_0_row(z.data(), 40, q.data(), d.data());
+    EXPECT_TRUE(std::isnan(d[0]));
+    EXPECT_EQ(q[0], 8);
+    EXPECT_EQ(d[1], -0.125f);  // the next block is its own
+    EXPECT_EQ(q[32], 0);
+  }
+}
+
+// The panel layout holds every code and scale of every row where q4_byte_index and
+// q8_scale_index say (read back by dequantize_q4_0_matrix_row), for ragged rows and columns.
+TEST(Q4, MatrixLayoutHoldsEveryRow) {
+  for (auto [rows, cols] : {std::pair{37, 96}, std::pair{16, 64}, std::pair{5, 17}}) {
+    auto w = randn(static_cast<size_t>(rows) * cols, 4);
+    const Q4Matrix m(w, rows, cols);
+    std::vector<uint8_t> q(q8_row_stride(cols));
+    std::vector<float> d(q8_row_blocks(cols)), want(cols), got(cols);
+    for (int r = 0; r < rows; ++r) {
+      quantize_q4_0_row(w.data() + static_cast<size_t>(r) * cols, cols, q.data(), d.data());
+      dequantize_q4_0_row(q.data(), d.data(), cols, want.data());
+      dequantize_q4_0_matrix_row(m.codes.data(), m.scales.data(), r, cols, got.data());
+      for (int c = 0; c < cols; ++c) ASSERT_EQ(got[c], want[c]) << rows << "x" << cols << " row " << r << " col " << c;
+    }
+    // Padding rows and columns: code 8, scale 0 (value 0 either way).
+    for (int r = rows; r < q8_padded_rows(rows); ++r)
+      for (int c = 0; c < q8_row_stride(cols); ++c) ASSERT_EQ(q4_weight_code(m.codes.data(), r, c, cols), 8);
+    for (int r = 0; r < rows; ++r)
+      for (int c = cols; c < q8_row_stride(cols); ++c) ASSERT_EQ(q4_weight_code(m.codes.data(), r, c, cols), 8);
+  }
+}
+
 // The cpu kernels quantize a q8_0 matmul's activations with their own (vectorised) code: bitwise
 // the codes and scales of quantize_q8_0_row, including NaN, tiny, zero, halfway and padded blocks.
 TEST_F(Kernels, Q8ActivationQuantizationIsBitwiseTheScalarOne) {
@@ -182,6 +311,7 @@ struct MatmulCase {
 TEST_F(Kernels, MatmulMatchesRef) {
   const MatmulCase cases[] = {
       {"decode matvec, mamba-130m in_proj shape", 1, 3072, 768},
+      {"decode matvec of 2048 columns: q4_0's 4-panel tiles, then 2 and 1", 1, 100, 2048},
       {"small prefill, odd sizes", 5, 37, 17},
       {"x_proj-like, R+2N rows", 19, 80, 1536},
       {"cols not a multiple of 16", 3, 9, 100},
@@ -202,33 +332,44 @@ TEST_F(Kernels, MatmulMatchesRef) {
       {"row-major GEMM: whole 16-column chunks, a last panel of 25 rows", 70, 57, 64},
   };
   for (const auto& c : cases) {
-    for (DType dt : {DType::F32, DType::BF16, DType::I8}) {
-      SCOPED_TRACE(std::string(c.label) + " " + (dt == DType::I8 ? "q8_0" : std::string(dtype_name(dt))));
+    for (DType dt : {DType::F32, DType::BF16, DType::I8, DType::U8}) {
+      const bool quantized = dt == DType::I8 || dt == DType::U8;
+      SCOPED_TRACE(std::string(c.label) + " " +
+                   (dt == DType::I8 ? "q8_0" : dt == DType::U8 ? "q4_0" : std::string(dtype_name(dt))));
       auto wf = randn(static_cast<size_t>(c.rows) * c.cols, 1, 0.1f);
       std::vector<uint16_t> wb(wf.size());
       for (size_t i = 0; i < wf.size(); ++i) wb[i] = f32_to_bf16(wf[i]);
       const Q8Matrix wq(wf, c.rows, c.cols);
+      const Q4Matrix w4(wf, c.rows, c.cols);
       WeightView W{dt, dt == DType::BF16 ? static_cast<const void*>(wb.data()) : wf.data(), c.rows, c.cols};
       if (dt == DType::I8) W = wq.view();
+      if (dt == DType::U8) W = w4.view();
       auto x = randn(static_cast<size_t>(c.T) * c.cols, 2);
       auto bias = randn(c.rows, 3);
       Out y(static_cast<size_t>(c.T) * c.rows), yr(static_cast<size_t>(c.T) * c.rows);
       cpu::matmul(ctx, W, bias.data(), x.data(), c.T, y.data());
       ref::matmul(ref_ctx, W, bias.data(), x.data(), c.T, yr.data());
-      EXPECT_LT(rel_err(y.data(), yr.data(), y.n),
-                dt == DType::BF16 ? tol::kMatmulBF16 : dt == DType::I8 ? tol::kMatmulQ8 : tol::kMatmulF32);
+      const double err = rel_err(y.data(), yr.data(), y.n);
+      EXPECT_LT(err, dt == DType::BF16 ? tol::kMatmulBF16
+                     : dt == DType::I8 ? tol::kMatmulQ8
+                     : dt == DType::U8 ? tol::kMatmulQ4
+                                       : tol::kMatmulF32);
       y.expect_guard();
-      if (dt == DType::I8) {
-        // The quantization error itself: q8_0 weights and activations vs the exact f32 product.
+      if (quantized) {
+        // The quantization error itself: q8_0 / q4_0 weights and q8_0 activations vs the exact f32
+        // product.
         Out yf(static_cast<size_t>(c.T) * c.rows);
         ref::matmul(ref_ctx, WeightView{DType::F32, wf.data(), c.rows, c.cols}, bias.data(), x.data(), c.T,
                     yf.data());
-        EXPECT_LT(rel_err(y.data(), yf.data(), y.n), tol::kQ8VsF32);
+        const double qerr = rel_err(y.data(), yf.data(), y.n);
+        if (std::getenv("HYBRIDLM_PRINT_ERR"))
+          std::printf("%s %s: vs ref %.2e, vs f32 %.2e\n", c.label, dt == DType::U8 ? "q4_0" : "q8_0", err, qerr);
+        EXPECT_LT(qerr, dt == DType::U8 ? tol::kQ4VsF32 : tol::kQ8VsF32);
       }
       std::vector<float> pf;
       std::vector<uint16_t> pb;
       WeightView P = W;
-      if (dt != DType::I8) {
+      if (!quantized) {
         // The lane-panel layout of copied weights: bitwise the same result as row-major (at every
         // T, where row-major runs the dot tiles below kGemmMinTokens and panels the GEMM tiles).
         pf.assign(panel_count(c.rows, c.cols), 0.0f);
@@ -253,7 +394,7 @@ TEST_F(Kernels, MatmulMatchesRef) {
         std::vector<float> one(c.rows);
         cpu::matmul(ctx, W, bias.data(), x.data() + static_cast<size_t>(t) * c.cols, 1, one.data());
         for (int r = 0; r < c.rows; ++r) ASSERT_EQ(one[r], y.v[static_cast<size_t>(t) * c.rows + r]);
-        if (dt != DType::I8) {
+        if (!quantized) {
           std::fill(one.begin(), one.end(), kGuard);  // an output the panel call misses cannot pass
           cpu::matmul(ctx, P, bias.data(), x.data() + static_cast<size_t>(t) * c.cols, 1, one.data());
           for (int r = 0; r < c.rows; ++r) ASSERT_EQ(one[r], y.v[static_cast<size_t>(t) * c.rows + r]) << "panels";
@@ -863,6 +1004,7 @@ TEST_F(Kernels, EmbeddingMatchesRef) {
   for (size_t i = 0; i < E.size(); ++i) Eb[i] = f32_to_bf16(E[i]);
   const int32_t ids[] = {0, 49, 7, 7};
   const Q8Matrix Eq(E, 50, 24);
+  const Q4Matrix E4(E, 50, 24);
   std::vector<float> Ep(panel_count(50, 24), 0.0f);
   std::vector<uint16_t> Epb(panel_count(50, 24), 0);
   for (int r = 0; r < 50; ++r)
@@ -871,10 +1013,11 @@ TEST_F(Kernels, EmbeddingMatchesRef) {
       Epb[panel_index(r, k, 24)] = Eb[static_cast<size_t>(r) * 24 + k];
     }
   Out plain(4 * 24), plain_bf16(4 * 24);
-  for (int variant = 0; variant < 5; ++variant) {
-    const DType dt = variant == 1 ? DType::BF16 : variant == 2 ? DType::I8 : DType::F32;
+  for (int variant = 0; variant < 6; ++variant) {
+    const DType dt = variant == 1 ? DType::BF16 : variant == 2 ? DType::I8 : variant == 5 ? DType::U8 : DType::F32;
     WeightView W{dt, dt == DType::BF16 ? static_cast<const void*>(Eb.data()) : E.data(), 50, 24};
     if (dt == DType::I8) W = Eq.view();
+    if (dt == DType::U8) W = E4.view();
     if (variant == 3) W = WeightView{DType::F32, Ep.data(), 50, 24, nullptr, /*panels=*/true};
     if (variant == 4) W = WeightView{DType::BF16, Epb.data(), 50, 24, nullptr, /*panels=*/true};
     Out o(4 * 24), orf(4 * 24);

@@ -6,10 +6,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <random>
 #include <unistd.h>
 
 #include "io/safetensors.h"
+#include "models/model.h"
+#include "tensor/quant.h"
 
 #include "base/error.h"
 #include "numerics.h"
@@ -507,18 +510,26 @@ TEST_P(ModelInvariants, Bf16StateDecodedInPlaceEqualsStaged) {
   EXPECT_EQ(cache_contents(e, b), cache_contents(e, b2));
 }
 
-// --dtype q8_0: every weight matrix quantized at load. Logits track the f32 model within the
+// A quantized --dtype's invariants: its tolerances against f32 weights (plain, discrete Mamba-2 and
+// routed-MoE fixtures; see tests/numerics.h) and for prefill + decode against its own forward.
+struct QuantTols {
+  double model, discrete, routed, gdn, split, correlation;
+};
+
+// --dtype q8_0 / q4_0: every weight matrix quantized at load. Logits track the f32 model within the
 // quantization error, and prefill + decode still agree with one full forward.
-TEST_P(ModelInvariants, Q8WeightsTrackF32) {
-  Engine f32(dir(), opts());
-  EngineOptions o = opts();
-  o.load.dtype = WeightDType::Q8_0;
-  Engine q8(dir(), o);
-  std::printf("%s: weight bytes q8_0 %zu, f32 %zu\n", model(), q8.model().weight_bytes(), f32.model().weight_bytes());
-  // Matrices whose rows are whole 64-code steps are stored as int8. The zamba2 fixture (hidden size
-  // 32: most matrices have 32 columns and stay f32; its 8-row adapters pad to a 16-row panel)
-  // saves the least, ~25%; every other fixture more.
-  EXPECT_LT(q8.model().weight_bytes(), f32.model().weight_bytes() * 4 / 5) << "matrices should be stored as int8";
+void quantized_tracks_f32(const std::filesystem::path& dir, const EngineOptions& base, const char* model,
+                          WeightDType dtype, const QuantTols& tols) {
+  const char* name = weight_dtype_name(dtype);
+  Engine f32(dir, base);
+  EngineOptions o = base;
+  o.load.dtype = dtype;
+  Engine q(dir, o);
+  std::printf("%s: weight bytes %s %zu, f32 %zu\n", model, name, q.model().weight_bytes(), f32.model().weight_bytes());
+  // Matrices whose rows are whole 64-code steps are stored as int8 (4-bit) codes. The zamba2
+  // fixture (hidden size 32: most matrices have 32 columns and stay f32; its 8-row adapters pad to
+  // a 16-row panel) saves the least, ~25% at q8_0; every other fixture more.
+  EXPECT_LT(q.model().weight_bytes(), f32.model().weight_bytes() * 4 / 5) << "matrices should be stored quantized";
   const int T = 19, V = f32.vocab_size();
   const auto ids = random_ids(T, V, 71);
   auto full = [&](Engine& e) {
@@ -527,21 +538,47 @@ TEST_P(ModelInvariants, Q8WeightsTrackF32) {
     e.free_sequence(s);
     return l;
   };
-  const std::vector<float> want = full(f32), got = full(q8);
+  const std::vector<float> want = full(f32), got = full(q);
   const double err = rel_err(got.data(), want.data(), want.size());
-  std::printf("%s: q8_0 vs f32 logits %.2e\n", model(), err);
-  const bool discrete = std::string(model()) == "llamba" || std::string(model()) == "hybridlm_m2d";
-  const bool routed = std::string(model()) == "lfm2_moe";
-  const bool gdn = std::string(model()) == "hybridlm_gdn" || std::string(model()).rfind("qwen3", 0) == 0;
-  EXPECT_LT(err, discrete ? tol::kQ8ModelDiscreteMamba2
-                 : routed ? tol::kQ8ModelRoutedMoe
-                 : gdn    ? tol::kQ8ModelGatedDeltaNet
-                          : tol::kQ8Model);
-  EXPECT_NE(got, want) << "q8_0 should round something";
-  const std::vector<float> split = prefill_then_decode(q8, ids, 11);
+  // The logits' correlation (centred, over all tokens and the vocabulary) with f32's.
+  double mg = 0, mw = 0, sgw = 0, sgg = 0, sww = 0;
+  for (size_t i = 0; i < got.size(); ++i) mg += got[i], mw += want[i];
+  mg /= static_cast<double>(got.size()), mw /= static_cast<double>(got.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    sgw += (got[i] - mg) * (want[i] - mw), sgg += (got[i] - mg) * (got[i] - mg), sww += (want[i] - mw) * (want[i] - mw);
+  }
+  const double corr = sgw / std::sqrt(sgg * sww);
+  std::printf("%s: %s vs f32 logits %.2e, correlation %.4f\n", model, name, err, corr);
+  EXPECT_GT(corr, tols.correlation);
+  const bool discrete = std::string(model) == "llamba" || std::string(model) == "hybridlm_m2d";
+  const bool routed = std::string(model) == "lfm2_moe";
+  const bool gdn = std::string(model) == "hybridlm_gdn" || std::string(model).rfind("qwen3", 0) == 0;
+  EXPECT_LT(err, discrete ? tols.discrete : routed ? tols.routed : gdn ? tols.gdn : tols.model);
+  EXPECT_NE(got, want) << name << " should round something";
+  const std::vector<float> split = prefill_then_decode(q, ids, 11);
   const double split_err = rel_err(split.data(), got.data(), got.size());
-  std::printf("%s: q8_0 prefill+decode vs full %.2e\n", model(), split_err);
-  EXPECT_LT(split_err, tol::kQ8DecodeVsPrefill);
+  std::printf("%s: %s prefill+decode vs full %.2e\n", model, name, split_err);
+  EXPECT_LT(split_err, tols.split);
+}
+
+TEST_P(ModelInvariants, Q8WeightsTrackF32) {
+  quantized_tracks_f32(dir(), opts(), model(), WeightDType::Q8_0,
+                       {tol::kQ8Model, tol::kQ8ModelDiscreteMamba2, tol::kQ8ModelRoutedMoe, tol::kQ8ModelGatedDeltaNet,
+                        tol::kQ8DecodeVsPrefill,
+                        tol::kQ8ModelCorrelation});
+}
+
+TEST_P(ModelInvariants, Q4WeightsTrackF32) {
+  quantized_tracks_f32(dir(), opts(), model(), WeightDType::Q4_0,
+                       {tol::kQ4Model, tol::kQ4ModelDiscreteMamba2, tol::kQ4ModelRoutedMoe, tol::kQ4ModelGatedDeltaNet,
+                        tol::kQ4DecodeVsPrefill,
+                        tol::kQ4ModelCorrelation});
+  // The same matrices as q8_0, in fewer bytes.
+  EngineOptions o = opts();
+  o.load.dtype = WeightDType::Q8_0;
+  const size_t q8 = Engine(dir(), o).model().weight_bytes();
+  o.load.dtype = WeightDType::Q4_0;
+  EXPECT_LT(Engine(dir(), o).model().weight_bytes(), q8);
 }
 
 std::string invariant_name(const ::testing::TestParamInfo<std::tuple<const char*, DType>>& i) {
@@ -614,6 +651,66 @@ std::filesystem::path edited_fixture(const std::string& name, const std::string&
   write_safetensors(dst / "model.safetensors", ts);
   return dst;
 }
+
+// q4_0 computes the model of the values it holds: the engine at --dtype q4_0 against the engine at
+// f32 on a copy of the checkpoint whose quantized matrices (those matrix_storage stores as q4_0,
+// cut as the loader cuts them: a stacked tensor per expert) hold dequantize(quantize(w)). Only the
+// activations' q8_0 rounding separates the two, so this holds q4_0 to a q8_0-size tolerance where
+// the comparison with the f32 weights cannot (Q4WeightsTrackF32).
+class Q4Values : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(Q4Values, Q4IsTheModelOfItsValues) {
+  const std::string model = GetParam();
+  EngineOptions o = opts();
+  o.load.dtype = WeightDType::Q4_0;
+  Engine q4(fixtures() / model, o);
+  std::map<std::string, std::vector<float>> values;  // the rewritten tensors, f32
+  for (const TensorEntry& e : Model::tensors(q4.model().config())) {
+    if (e.kind == TensorEntry::Vector) continue;
+    const bool stacked = e.kind == TensorEntry::Stacked;
+    const int64_t copies = stacked ? e.shape[0] : 1;
+    const int rows = static_cast<int>(e.shape[stacked ? 1 : 0]);
+    const int cols = static_cast<int>(e.numel() / copies / rows);
+    if (matrix_storage(rows, cols, WeightDType::Q4_0).dtype != DType::U8) continue;
+    const SafetensorsFile f = SafetensorsFile::open(fixtures() / model / "model.safetensors");
+    ASSERT_TRUE(f.tensors().count(e.name)) << e.name;
+    std::vector<float>& w = values[e.name];
+    w.resize(static_cast<size_t>(e.numel()));
+    f.tensors().at(e.name).to_f32(w.data());
+    std::vector<uint8_t> codes(q4_code_bytes(rows, cols));
+    std::vector<float> scales(q4_scale_count(rows, cols));
+    for (int64_t k = 0; k < copies; ++k) {
+      float* m = w.data() + static_cast<size_t>(k) * rows * cols;
+      quantize_q4_0_matrix(m, rows, cols, codes.data(), scales.data());
+      for (int r = 0; r < rows; ++r)
+        dequantize_q4_0_matrix_row(codes.data(), scales.data(), r, cols, m + static_cast<size_t>(r) * cols);
+    }
+  }
+  ASSERT_FALSE(values.empty());
+  const auto dir = edited_fixture(model, "q4values_" + model, [&](std::vector<TensorToWrite>& ts) {
+    for (TensorToWrite& t : ts) {
+      const auto it = values.find(t.name);
+      if (it == values.end()) continue;
+      t.dtype = DType::F32;
+      t.bytes = {reinterpret_cast<const uint8_t*>(it->second.data()), it->second.size() * sizeof(float)};
+    }
+  });
+  Engine f32(dir, opts());
+  const int T = 19;
+  const auto ids = random_ids(T, f32.vocab_size(), 71);
+  auto full = [&](Engine& e) {
+    const int s = e.new_sequence();
+    std::vector<float> l = e.prefill(s, ids, true);
+    e.free_sequence(s);
+    return l;
+  };
+  const std::vector<float> want = full(f32), got = full(q4);
+  const double err = rel_err(got.data(), want.data(), want.size());
+  std::printf("%s: q4_0 vs f32 on its values %.2e\n", model.c_str(), err);
+  EXPECT_LT(err, tol::kQ4VsItsValues);
+  std::filesystem::remove_all(dir);
+}
+INSTANTIATE_TEST_SUITE_P(Fixtures, Q4Values, ::testing::ValuesIn(kModels));
 
 std::string load_error(const std::filesystem::path& dir) {
   try {

@@ -47,7 +47,7 @@ for d, stored, held in [(jamba, "f32", "f32"), (jamba_bf16, "bf16", "bf16"), (za
 j, err = inspect_json("-m", jamba_bf16, "--dtype", "f32")
 check("an explicit --dtype still wins over the checkpoint's", j.get("dtype") == "f32", j or err)
 expect_error("bad --dtype names auto among the choices", ["inspect", "-m", jamba, "--dtype", "q4"], 1,
-             "--dtype q4: unsupported (use auto, f32, bf16 or q8_0)")
+             "--dtype q4: unsupported (use auto, f32, bf16, q8_0 or q4_0)")
 
 # plan with default flags sizes what a run with default flags allocates: the weights of a --no-mmap
 # load, the state and KV dtypes the runtime defaults to.

@@ -125,7 +125,7 @@ for preset in ["hybridlm-tiny", "jamba-tiny", "bamba-tiny", "granite-h-tiny", "n
           out + out2)
     # plan sizes the weights from the same tensor declarations and storage rule as the loader:
     # equal to the bytes a --no-mmap load holds, at every --dtype.
-    for dt in ["f32", "bf16", "q8_0"]:
+    for dt in ["f32", "bf16", "q8_0", "q4_0"]:
         rc, out, _ = run("plan", "-m", d, "--dtype", dt, "--json")
         rc2, out2, _ = run("inspect", "-m", d, "--dtype", dt, "--no-mmap")
         want = int(out2.split("weight bytes:")[1].split()[0]) if rc2 == 0 else -1
@@ -211,6 +211,17 @@ rc, out, err = run("perplexity", "-m", m2, "-f", txt, "--ctx", "16")
 ok = rc == 0 and out.startswith("perplexity: ")
 ppl = float(out.split()[1]) if ok else 0
 check("perplexity prints a finite value", ok and 1 < ppl < 1e9, out + err)
+# --dtype q4_0 where q8_0 runs: perplexity (close to f32's on random weights), bench (reports it).
+rc, out, err = run("perplexity", "-m", m2, "-f", txt, "--ctx", "16", "--dtype", "q4_0")
+ppl4 = float(out.split()[1]) if rc == 0 and out.startswith("perplexity: ") else 0
+check("perplexity --dtype q4_0 runs, within 10% of f32's", abs(ppl4 / ppl - 1) < 0.1 if ppl else False, out + err)
+rc, out, err = run("bench", "-m", m2, "-p", "8", "-n", "2", "-r", "1", "-t", "1", "--json", "--no-probe",
+                   "--dtype", "q4_0")
+try:
+    brows = json.loads(out) if rc == 0 else []
+except ValueError:
+    brows = []
+check("bench --dtype q4_0 reports its dtype", brows and all(r.get("dtype") == "q4_0" for r in brows), out + err)
 rc, out, err = run("inspect", "-m", m1)
 check("inspect names family, pattern, params, bytes, state",
       rc == 0 and all(k in out for k in ["family:         mamba", "layer pattern:  mamba1 x2", "parameters:", "weight bytes:", "state / seq:"]), out + err)

@@ -544,8 +544,10 @@ int run_bench(const BenchOptions& o) {
     std::fprintf(stderr, "warning: -t %d is more than the %d CPUs this process may run on: threads will share cores\n",
                  max_threads, cores);
 
-  // q8_0 matmuls run on int8 dot products (VNNI): their prefill is measured against the int8 peak.
-  const bool q8 = o.engine.load.dtype == WeightDType::Q8_0 && cpu::simd_path() == cpu::SimdPath::Avx512 &&
+  // q8_0 and q4_0 matmuls run on int8 dot products (VNNI): their prefill is measured against the
+  // int8 peak.
+  const WeightDType wd = o.engine.load.dtype.value_or(WeightDType::F32);
+  const bool q8 = (wd == WeightDType::Q8_0 || wd == WeightDType::Q4_0) && cpu::simd_path() == cpu::SimdPath::Avx512 &&
                   cpu::has_avx512_vnni();
   const std::vector<Peaks> peaks = o.probe ? probe_machine(threads, q8) : std::vector<Peaks>(threads.size());
 
@@ -578,9 +580,7 @@ int run_bench(const BenchOptions& o) {
     };
     info.name = model_name(o.model_dir);
     info.family = c.family;
-    info.dtype = o.engine.load.dtype == WeightDType::BF16   ? "bf16"
-                 : o.engine.load.dtype == WeightDType::Q8_0 ? "q8_0"
-                                                             : "f32";
+    info.dtype = weight_dtype_name(m.weight_dtype());
     info.params = static_cast<double>(m.param_count());
     info.weight_bytes = static_cast<double>(m.weight_bytes());
     // The cache storage this run used; KV "none" without attention layers.

@@ -177,7 +177,7 @@ void ModelFlags::add(CLI::App* app, bool with_threads, bool default_model) {
   else m->required();
   app->add_option("--dtype", dtype,
                   "weights in memory: auto (the checkpoint's: bf16 stays bf16, f16 loads as bf16, f32 as f32), "
-                  "f32, bf16 or q8_0 (int8 blocks of 32, converted at load)")
+                  "f32, bf16, q8_0 or q4_0 (int8 or 4-bit blocks of 32, converted at load)")
       ->capture_default_str();
   app->add_option("--mamba2-norm", mamba2_norm,
                   "Mamba-2 gated norm: grouped (mamba_ssm, llama.cpp) or full (transformers torch path)")

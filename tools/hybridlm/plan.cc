@@ -141,7 +141,8 @@ Subcommand add_plan(CLI::App& parent) {
   source->add_option("--config", popt->config_file, "a config.json file (--dtype auto reads its torch_dtype)");
   source->require_option(1);
   plan->add_option("--dtype", popt->dtype,
-                   "weights in memory: auto (the checkpoint's: bf16 and f16 as bf16, f32 as f32), f32, bf16, q8_0")
+                   "weights in memory: auto (the checkpoint's: bf16 and f16 as bf16, f32 as f32), f32, bf16, q8_0, "
+                   "q4_0")
       ->capture_default_str();
   plan->add_option("--state-dtype", popt->state_dtype, "recurrent state: f32, bf16, f16")->capture_default_str();
   plan->add_option("--kv-dtype", popt->kv_dtype, "attention KV cache: f32, bf16, f16")->capture_default_str();

@@ -11,7 +11,7 @@ namespace hybridlm {
 struct PlanOptions {
   std::string model_dir;    // -m DIR (reads DIR/config.json, and the safetensors headers for --dtype auto)
   std::string config_file;  // or --config FILE (--dtype auto reads its torch_dtype)
-  std::string dtype;        // weights: auto, f32, bf16, q8_0 (resolve_weight_dtype)
+  std::string dtype;        // weights: auto, f32, bf16, q8_0, q4_0 (resolve_weight_dtype)
   std::string state_dtype;  // SSM/conv state: f32, bf16, f16
   std::string kv_dtype;     // attention KV cache: f32, bf16, f16
   std::string memory = "16GiB";

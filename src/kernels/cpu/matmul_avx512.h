@@ -9,7 +9,7 @@
 namespace hybridlm::cpu {
 
 // The activations of one call, quantized to q8_0 rows (codes with the weights' row stride), and
-// per block -128 * (sum of its codes).
+// per block -128 (q8_0 weights) or -8 (q4_0) * (sum of its codes).
 struct Q8Acts {
   const int8_t* codes = nullptr;
   const float* scales = nullptr;
@@ -22,8 +22,9 @@ struct Q8Acts {
 void matmul_rows_avx512(const WeightView& W, const float* bias, const float* x, int T, float* y, int r_begin,
                         int r_end);
 
-// q8_0 weights (the VNNI panel layout of tensor/quant.h) on AVX512_VNNI: panels [pb, pe) of 16
-// rows for T tokens; xa.bias_fix must be filled.
+// q8_0 (W.dtype I8) or q4_0 (U8) weights (the VNNI panel layouts of tensor/quant.h) on
+// AVX512_VNNI: panels [pb, pe) of 16 rows for T tokens; xa.bias_fix must be filled (-128 or -8
+// times each block's code sum).
 void matmul_q8_vnni(const WeightView& W, const float* bias, const Q8Acts& xa, int T, float* y, int pb, int pe);
 
 // quantize_q8_0_row with 16 lanes, bitwise its codes and scales.

@@ -1,9 +1,9 @@
-// y = x @ W^T for f32, bf16 or q8_0 weights. Each output element is one dot product whose
+// y = x @ W^T for f32, bf16, q8_0 or q4_0 weights. Each output element is one dot product whose
 // summation order depends only on K and the SIMD path (16-lane partial sums, then a fixed
 // reduction), never on T or on the tiling, so a token's result is bitwise identical alone or
 // inside any batch. On AVX-512, gemm_cpu.cc computes the same sums as outer products: for weights
 // in lane panels at any T, for row-major weights from kGemmMinTokens tokens on.
-// Paths: AVX-512 register tiles (q8_0: AVX512_VNNI int8 dot products; matmul_avx512.cc, x86-64
+// Paths: AVX-512 register tiles (q8_0, q4_0: AVX512_VNNI int8 dot products; matmul_avx512.cc, x86-64
 // builds only); the portable loops, compiled once for AVX2 + FMA (the compiler vectorises them
 // with 8 lanes) and once for the baseline ISA.
 #include <algorithm>
@@ -87,17 +87,19 @@ HYBRIDLM_SIMD_VARIANTS(panels_bf16, panels_generic<true>)
 HYBRIDLM_SIMD_VARIANTS(rows_f32, rows_generic<false>)
 HYBRIDLM_SIMD_VARIANTS(rows_bf16, rows_generic<true>)
 
-// ---- q8_0 weights ----------------------------------------------------------------------------
+// ---- q8_0 and q4_0 weights -------------------------------------------------------------------
 // Every path sums each (token, row) the same way: per block of 32 columns an exact integer sum
 // of code products, then acc = acc + float(isum) * (dw * dx) over the blocks in order, then the
 // bias (the VNNI kernel fuses the last multiply-add, the portable loops may not: paths differ by
 // rounding, each is batch-invariant). The VNNI kernel is written for the panel layout
 // (tensor/quant.h): 16 rows per vector, a token's 4 codes of a group broadcast to every lane, the
-// bias of the unsigned weight codes (q + 128) removed by starting each block's sum at -128 * (sum
-// of the token's codes in the block). Its per-output operations do not depend on the tile, so
+// bias of the unsigned weight codes (q8_0: q + 128; q4_0: q + 8, two groups unpacked from one
+// load) removed by starting each block's sum at -128 (-8) * (sum of the token's codes in the
+// block). Its per-output operations do not depend on the tile, so
 // results are batch-invariant.
 
-// Portable: one dot product at a time.
+// Portable: one dot product at a time (q4_0 the same, its codes unpacked per group).
+template <bool kQ4>
 HYBRIDLM_INLINE void q8_rows_generic(const WeightView& W, const float* bias, const Q8Acts& xa, int T, float* y,
                                      int r_begin, int r_end) {
   const int nb = xa.nb, K = W.cols;
@@ -110,8 +112,15 @@ HYBRIDLM_INLINE void q8_rows_generic(const WeightView& W, const float* bias, con
       for (int b = 0; b < nb; ++b) {
         int32_t isum = 0;
         for (int g = 0; g < kQ8Block; g += kQ8Group) {
-          const uint8_t* wg = codes + q8_code_index(r, b * kQ8Block + g, K);  // a group's 4 codes
-          for (int i = 0; i < kQ8Group; ++i) isum += q8_weight_code(wg, i) * xq[b * kQ8Block + g + i];
+          const int c0 = b * kQ8Block + g;
+          if constexpr (kQ4) {
+            const uint8_t* wg = codes + q4_byte_index(r, c0, K);  // a group's 4 codes, in one nibble each
+            const int shift = q4_high_nibble(c0) ? 4 : 0;
+            for (int i = 0; i < kQ8Group; ++i) isum += ((wg[i] >> shift & 15) - kQ4Zero) * xq[c0 + i];
+          } else {
+            const uint8_t* wg = codes + q8_code_index(r, c0, K);  // a group's 4 codes
+            for (int i = 0; i < kQ8Group; ++i) isum += q8_weight_code(wg, i) * xq[c0 + i];
+          }
         }
         acc += static_cast<float>(isum) * (W.scales[q8_scale_index(r, b, K)] * xs[b]);
       }
@@ -119,7 +128,8 @@ HYBRIDLM_INLINE void q8_rows_generic(const WeightView& W, const float* bias, con
     }
   }
 }
-HYBRIDLM_SIMD_VARIANTS(q8_rows, q8_rows_generic)
+HYBRIDLM_SIMD_VARIANTS(q8_rows, q8_rows_generic<false>)
+HYBRIDLM_SIMD_VARIANTS(q4_rows, q8_rows_generic<true>)
 
 // The quantized activations of one q8_0 matmul (the calling thread's scratch): codes, scales and
 // the VNNI kernel's bias corrections of T rows of K.
@@ -130,8 +140,12 @@ size_t q8_acts_floats(int T, int K) {
          FloatArena::rounded(ScratchFrame::floats_for<int32_t>(rows * q8_row_blocks(K)));
 }
 
+// q8_0 (W.dtype I8) and q4_0 (U8) weights.
 void matmul_q8(const KernelContext& ctx, const WeightView& W, const float* bias, const float* x, int T, float* y) {
   const int K = W.cols, ld = q8_row_stride(K), nb = q8_row_blocks(K);
+  const bool q4 = W.dtype == DType::U8;
+  // The weight codes' bias: q8_0 stores q + 128, q4_0 c = q + 8.
+  const int32_t code_bias = q4 ? kQ4Zero : 128;
   ScratchFrame frame(ctx);
   int8_t* codes = frame.take_as<int8_t>(static_cast<size_t>(T) * ld);
   float* scales = frame.take(static_cast<size_t>(T) * nb);
@@ -145,7 +159,7 @@ void matmul_q8(const KernelContext& ctx, const WeightView& W, const float* bias,
         for (int blk = 0; blk < nb; ++blk) {
           int32_t sum = 0;
           for (int i = 0; i < kQ8Block; ++i) sum += codes[t * ld + static_cast<size_t>(blk) * kQ8Block + i];
-          fix[t * nb + blk] = -128 * sum;
+          fix[t * nb + blk] = -code_bias * sum;
         }
     });
   auto run = [&](size_t pb, size_t pe) {  // whole panels of 16 rows
@@ -158,6 +172,7 @@ void matmul_q8(const KernelContext& ctx, const WeightView& W, const float* bias,
       float* yb = y + static_cast<size_t>(t0) * W.rows;
       if (path == SimdPath::Avx512 && vnni)
         matmul_q8_vnni(W, bias, xb, nt, yb, static_cast<int>(pb), static_cast<int>(pe));
+      else if (q4) q4_rows_dispatch(W, bias, xb, nt, yb, rb, re);
       else q8_rows_dispatch(W, bias, xb, nt, yb, rb, re);
     }
   };
@@ -181,7 +196,7 @@ void quantize_q8_0_rows(const KernelContext& ctx, const float* x, int T, int n, 
 
 void matmul(const KernelContext& ctx, const WeightView& W, const float* bias, const float* x,
             int T, float* y) {
-  if (W.dtype == DType::I8) return matmul_q8(ctx, W, bias, x, T, y);
+  if (W.dtype == DType::I8 || W.dtype == DType::U8) return matmul_q8(ctx, W, bias, x, T, y);
   const bool bf16 = W.dtype == DType::BF16;
   const SimdPath path = simd_path();
   // Lane panels at any T, row-major weights from kGemmMinTokens on: the same sums as outer

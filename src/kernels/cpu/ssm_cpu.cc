@@ -374,6 +374,8 @@ void embedding(const WeightView& E, const int32_t* ids, int T, float* out) {
     float* o = out + static_cast<size_t>(t) * E.cols;
     if (E.dtype == DType::I8) {
       dequantize_q8_0_matrix_row(static_cast<const uint8_t*>(E.data), E.scales, ids[t], E.cols, o);
+    } else if (E.dtype == DType::U8) {
+      dequantize_q4_0_matrix_row(static_cast<const uint8_t*>(E.data), E.scales, ids[t], E.cols, o);
     } else if (E.panels && E.dtype == DType::BF16) {
       const uint16_t* e = static_cast<const uint16_t*>(E.data);
       for_panel_row(ids[t], E.cols, [&](int c, size_t i) { o[c] = bf16_to_f32(e[i]); });

@@ -18,18 +18,27 @@ static float weight_at(const WeightView& W, int r, int c) {
     const int code = q8_weight_code(static_cast<const uint8_t*>(W.data), q8_code_index(r, c, W.cols));
     return static_cast<float>(code) * W.scales[q8_scale_index(r, c / kQ8Block, W.cols)];
   }
+  if (W.dtype == DType::U8) {
+    const int code = q4_weight_code(static_cast<const uint8_t*>(W.data), r, c, W.cols) - kQ4Zero;
+    return static_cast<float>(code) * W.scales[q8_scale_index(r, c / kQ8Block, W.cols)];
+  }
   const size_t i = W.panels ? panel_index(r, c, W.cols) : static_cast<size_t>(r) * W.cols + c;
   if (W.dtype == DType::BF16) return bf16_to_f32(static_cast<const uint16_t*>(W.data)[i]);
   return static_cast<const float*>(W.data)[i];
 }
 
-// q8_0: each activation row quantized to q8_0 (the same function the CPU kernel calls), exact
-// integer block sums, then sum over blocks of isum * dw * dx in double.
-static void matmul_q8(const WeightView& W, const float* bias, const float* x, int T, float* y) {
+// q8_0 and q4_0: each activation row quantized to q8_0 (the same function the CPU kernel calls),
+// exact integer block sums of the weights' signed codes, then sum over blocks of isum * dw * dx in
+// double.
+static int signed_code(const WeightView& W, int r, int i) {
+  const uint8_t* codes = static_cast<const uint8_t*>(W.data);
+  if (W.dtype == DType::U8) return q4_weight_code(codes, r, i, W.cols) - kQ4Zero;
+  return q8_weight_code(codes, q8_code_index(r, i, W.cols));
+}
+static void matmul_quantized(const WeightView& W, const float* bias, const float* x, int T, float* y) {
   const int ld = q8_row_stride(W.cols), nb = q8_row_blocks(W.cols);
   std::vector<int8_t> xq(static_cast<size_t>(ld));
   std::vector<float> xs(static_cast<size_t>(nb));
-  const uint8_t* codes = static_cast<const uint8_t*>(W.data);
   for (int t = 0; t < T; ++t) {
     quantize_q8_0_row(x + static_cast<size_t>(t) * W.cols, W.cols, xq.data(), xs.data());
     for (int r = 0; r < W.rows; ++r) {
@@ -37,7 +46,7 @@ static void matmul_q8(const WeightView& W, const float* bias, const float* x, in
       for (int b = 0; b < nb; ++b) {
         int64_t isum = 0;
         for (int i = b * kQ8Block; i < (b + 1) * kQ8Block; ++i)
-          isum += static_cast<int64_t>(q8_weight_code(codes, q8_code_index(r, i, W.cols))) * xq[i];
+          isum += static_cast<int64_t>(signed_code(W, r, i)) * xq[i];
         acc += static_cast<double>(isum) * W.scales[q8_scale_index(r, b, W.cols)] * xs[b];
       }
       y[static_cast<size_t>(t) * W.rows + r] = static_cast<float>(acc);
@@ -53,7 +62,7 @@ void quantize_q8_0_rows(const KernelContext&, const float* x, int T, int n, int8
 
 void matmul(const KernelContext&, const WeightView& W, const float* bias, const float* x, int T,
             float* y) {
-  if (W.dtype == DType::I8) return matmul_q8(W, bias, x, T, y);
+  if (W.dtype == DType::I8 || W.dtype == DType::U8) return matmul_quantized(W, bias, x, T, y);
   for (int t = 0; t < T; ++t) {
     for (int r = 0; r < W.rows; ++r) {
       double acc = bias ? bias[r] : 0.0;
