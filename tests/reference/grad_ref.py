@@ -341,6 +341,60 @@ def mamba2_ssd_bwd(dy, cache, dS_final=None):
 
 
 # --------------------------------------------------------------------------------------------
+# Discrete Mamba-2 scan (m2d: MOHAWK / Llamba):  x: (T, nh, P); a_raw: (T, nh) in_proj's A~ rows;
+# B, C: (T, G, N); D: (nh); S0: (nh, P, N); head h reads group h // (nh / G)
+#   la_t = -softplus(a_raw_t),  S_t = exp(la_t) S_{t-1} + x_t B_t^T,  y_t = S_t C_t + D x_t
+# Backward, gS = dL/dS_t with y_t's term added:  dla_t = exp(la_t) <gS, S_{t-1}> (the decay's
+# log), d a_raw = -sigmoid(a_raw) dla;  dx_t = D dy_t + gS B_t;  dB_t += gS^T x_t;  then
+# dL/dS_{t-1} = exp(la_t) gS.  grads {"x", "a_raw", "B", "C", "D", "S0"}
+# --------------------------------------------------------------------------------------------
+
+
+def ssd_discrete_fwd(x, a_raw, B, C, D, S0=None):
+    T, nh, P = x.shape
+    G, N = B.shape[1], B.shape[2]
+    hpg = nh // G
+    la = -softplus(a_raw)
+    Ss = np.zeros((T + 1, nh, P, N))  # Ss[t + 1] = S_t
+    if S0 is not None:
+        Ss[0] = S0
+    y = np.zeros((T, nh, P))
+    for h in range(nh):
+        gr = h // hpg
+        for t in range(T):
+            Ss[t + 1, h] = math.exp(la[t, h]) * Ss[t, h] + np.outer(x[t, h], B[t, gr])
+            y[t, h] = Ss[t + 1, h] @ C[t, gr] + D[h] * x[t, h]
+    return y, (x, a_raw, la, B, C, D, Ss)
+
+
+def ssd_discrete_bwd(dy, cache, dS_final=None):
+    x, a_raw, la, B, C, D, Ss = cache
+    T, nh, P = x.shape
+    G = B.shape[1]
+    hpg = nh // G
+    dx = np.zeros_like(x)
+    dla = np.zeros_like(la)
+    dB = np.zeros_like(B)
+    dC = np.zeros_like(C)
+    dD = np.zeros_like(D)
+    dS0 = np.zeros_like(Ss[0])
+    for h in range(nh):
+        gr = h // hpg
+        gS = np.zeros(Ss.shape[2:]) if dS_final is None else dS_final[h].copy()
+        for t in range(T - 1, -1, -1):
+            gS += np.outer(dy[t, h], C[t, gr])
+            dC[t, gr] += Ss[t + 1, h].T @ dy[t, h]
+            dD[h] += dy[t, h] @ x[t, h]
+            a = math.exp(la[t, h])
+            dx[t, h] = D[h] * dy[t, h] + gS @ B[t, gr]
+            dB[t, gr] += gS.T @ x[t, h]
+            dla[t, h] = a * np.sum(gS * Ss[t, h])
+            gS = a * gS
+        dS0[h] = gS
+    return {"x": dx, "a_raw": -sigmoid(a_raw) * dla, "B": dB, "C": dC, "D": dD, "S0": dS0}
+
+
+# --------------------------------------------------------------------------------------------
 # RoPE (rotate-half on the first `rot` dims of each head, positions pos0 .. pos0+T-1)
 #   x: (T, heads, hd); pair (j, j + rot/2) rotated by pos * theta^(-2j/rot);  grads {"x"}
 # --------------------------------------------------------------------------------------------
@@ -601,6 +655,48 @@ def mlp_bwd(dout, c):
     return gu["x"], g
 
 
+def m2d_mixer_fwd(p, u, I, nh, G, N, conv_act=False):
+    """The discrete Mamba-2 mixer. p: in_proj.weight (2I+2GN+nh, H) as [x, B, C, z, A~]
+    [+ bias], conv1d.weight (I+2GN, 1, K) [+ bias], D (nh), z_bias (I; only without the
+    projection biases), out_proj.weight (H, I) [+ bias].  out = out_proj(y * silu(z + z_bias))."""
+    T = u.shape[0]
+    P = I // nh
+    cd = I + 2 * G * N
+    c = {}
+    proj, c["in"] = linear_fwd(u, p["in_proj.weight"], p.get("in_proj.bias"))
+    xBC, z, a_raw = proj[:, :cd], proj[:, cd:cd + I], proj[:, cd + I:]
+    xBC, c["conv"] = conv1d_fwd(xBC, p["conv1d.weight"], p.get("conv1d.bias"), act=conv_act)
+    x = xBC[:, :I].reshape(T, nh, P)
+    B = xBC[:, I:I + G * N].reshape(T, G, N)
+    C = xBC[:, I + G * N:].reshape(T, G, N)
+    y, c["ssd"] = ssd_discrete_fwd(x, a_raw, B, C, p["D"])
+    y = y.reshape(T, I)
+    zb = z + p["z_bias"] if "z_bias" in p else z
+    c["gate"] = (y, zb, "z_bias" in p)
+    out, c["out"] = linear_fwd(y * silu(zb), p["out_proj.weight"], p.get("out_proj.bias"))
+    return out, c
+
+
+def m2d_mixer_bwd(dout, c):
+    g = {}
+    go = linear_bwd(dout, c["out"])
+    _add(g, go, {"W": "out_proj.weight", "b": "out_proj.bias"})
+    y, zb, has_z_bias = c["gate"]
+    dy = go["x"] * silu(zb)
+    dz = go["x"] * y * dsilu(zb)
+    if has_z_bias:
+        g["z_bias"] = dz.sum(axis=0)
+    T = y.shape[0]
+    gs = ssd_discrete_bwd(dy.reshape(c["ssd"][0].shape), c["ssd"])
+    g["D"] = gs["D"]
+    dxBC = np.concatenate([gs["x"].reshape(T, -1), gs["B"].reshape(T, -1), gs["C"].reshape(T, -1)], axis=1)
+    gc = conv1d_bwd(dxBC, c["conv"])
+    _add(g, gc, {"w": "conv1d.weight", "b": "conv1d.bias"})
+    gi = linear_bwd(np.concatenate([gc["x"], dz, gs["a_raw"]], axis=1), c["in"])
+    _add(g, gi, {"W": "in_proj.weight", "b": "in_proj.bias"})
+    return gi["x"], g
+
+
 # --------------------------------------------------------------------------------------------
 # Whole hybridlm model (docs/model-format.md): forward to the loss, backward to every tensor.
 #   h = E[ids]; per layer h += mixer(rmsnorm(h)); [h += mlp(rmsnorm(h))]; logits = rmsnorm(h) W_head^T
@@ -649,6 +745,8 @@ def hybridlm_loss_fwd(c, w, ids, targets=None, norm_groups="grouped"):
         elif kind == "m2":
             gs = d["I"] // d["G"] if norm_groups == "grouped" else d["I"]
             o, lc["mix"] = mamba2_mixer_fwd(p, u, d["I"], d["I"] // d["P"], d["G"], d["N"], d["eps"], gs)
+        elif kind == "m2d":
+            o, lc["mix"] = m2d_mixer_fwd(p, u, d["I"], d["I"] // d["P"], d["G"], d["N"])
         elif kind == "t":
             o, lc["mix"] = attention_fwd(p, u, d["heads"], d["kv_heads"], d["hd"], d["rot"], d["theta"],
                                          qk_norm_eps=d["eps"] if d["qk_norm"] else None)
@@ -687,7 +785,7 @@ def hybridlm_loss_bwd(cache, dloss=1.0):
             gf = rmsnorm_bwd(du, lc["fn"])
             g[pre + "ffn_norm.weight"] = gf["w"]
             dh = dh + gf["x"]
-        bwd = {"m": mamba1_mixer_bwd, "m2": mamba2_mixer_bwd, "t": attention_bwd}[lc["kind"]]
+        bwd = {"m": mamba1_mixer_bwd, "m2": mamba2_mixer_bwd, "m2d": m2d_mixer_bwd, "t": attention_bwd}[lc["kind"]]
         du, gp = bwd(dh, lc["mix"])
         g.update({pre + "mixer." + n: a for n, a in gp.items()})
         gm = rmsnorm_bwd(du, lc["mn"])

@@ -19,7 +19,7 @@ Also: each op's forward equals the oracle's (mamba_ref / hybrid_ref) to 1e-12, t
 logits equal hybrid_ref.hybridlm_forward's, and the checker itself rejects a gradient with one
 coordinate off by 1e-5 relative (so a broken backward cannot pass).
 
-Whole model: block pattern [m, m2, t], each block with a gated MLP, final norm, tied (and
+Whole model: block pattern [m, m2, t, m2d], each block with a gated MLP, final norm, tied (and
 untied) head, cross-entropy over predicted positions; the loss gradient w.r.t. every tensor
 (sampled coordinates).
 
@@ -249,6 +249,22 @@ def mamba2_ssd(rng):
     same(gr.mamba2_ssd_fwd(dt_limit=lim, **{k: v for k, v in inp.items() if k != "S0"})[0], want, "ssd")
 
 
+@case
+def ssd_discrete(rng):
+    T, nh, P, G, N = 6, 4, 3, 2, 3
+    inp = {"x": rn(rng, T, nh, P), "a_raw": rn(rng, T, nh), "B": rn(rng, T, G, N), "C": rn(rng, T, G, N),
+           "D": rn(rng, nh), "S0": rn(rng, nh, P, N)}
+    check_op("ssd_discrete", gr.ssd_discrete_fwd, gr.ssd_discrete_bwd, inp, rng)
+    one = {k: v for k, v in inp.items() if k != "S0"}
+    one["B"], one["C"] = inp["B"][:, :1], inp["C"][:, :1]  # G = 1
+    check_op("ssd_discrete", gr.ssd_discrete_fwd, gr.ssd_discrete_bwd, one, rng)
+    # The same recurrence as Mamba-2's with dt = softplus(A~), A = -1 and x / dt as the input.
+    sp = mamba_ref.softplus(inp["a_raw"])
+    want = mamba_ref.mamba2_scan(inp["x"] / sp[:, :, None], sp, -np.ones(nh), inp["B"], inp["C"], np.zeros(nh),
+                                 nh // G) + inp["D"][None, :, None] * inp["x"]
+    same(gr.ssd_discrete_fwd(**{k: v for k, v in inp.items() if k != "S0"})[0], want, "ssd_discrete", 1e-10)
+
+
 def check_with_final_state(name, fwd, bwd, inputs, final_of, kw, rng):
     """f = sum(out * R) + <final state, R2>: the final-state gradient argument kw of bwd."""
     inputs = {k: v.copy() for k, v in inputs.items()}
@@ -312,6 +328,11 @@ def chunked_states(rng):
     fin2 = lambda c: c[-1][-1]
     check_with_final_state("mamba2_ssd", gr.mamba2_ssd_fwd, gr.mamba2_ssd_bwd, m2, fin2, "dS_final", rng)
     check_chunked("mamba2_ssd", gr.mamba2_ssd_fwd, gr.mamba2_ssd_bwd, m2, ("x", "dt", "B", "C"),
+                  "S0", fin2, "dS_final", 3, rng)
+    md = {"x": rn(rng, T, nh, P), "a_raw": rn(rng, T, nh), "B": rn(rng, T, G, N), "C": rn(rng, T, G, N),
+          "D": rn(rng, nh), "S0": rn(rng, nh, P, N)}
+    check_with_final_state("ssd_discrete", gr.ssd_discrete_fwd, gr.ssd_discrete_bwd, md, fin2, "dS_final", rng)
+    check_chunked("ssd_discrete", gr.ssd_discrete_fwd, gr.ssd_discrete_bwd, md, ("x", "a_raw", "B", "C"),
                   "S0", fin2, "dS_final", 3, rng)
     cv = {"x": rn(rng, T, I), "w": rn(rng, I, 1, K), "b": rn(rng, I), "state": rn(rng, K - 1, I)}
     fin3 = lambda c: c[0][-(K - 1):]
@@ -444,6 +465,29 @@ def mamba2_mixer(rng):
              "mamba2_mixer")
 
 
+def m2d_params(rng, H, I, nh, G, N, K, bias):
+    cd, W = I + 2 * G * N, 2 * I + 2 * G * N + nh
+    p = {"in_proj.weight": rn(rng, W, H, s=0.5), "conv1d.weight": rn(rng, cd, 1, K, s=0.5),
+         "conv1d.bias": rn(rng, cd, s=0.3), "D": rn(rng, nh), "out_proj.weight": rn(rng, H, I, s=0.5)}
+    if bias:
+        p["in_proj.bias"], p["out_proj.bias"] = rn(rng, W, s=0.3), rn(rng, H, s=0.3)
+    else:
+        p["z_bias"] = rn(rng, I, s=0.3)
+    return p
+
+
+@case
+def m2d_mixer(rng):
+    T, H, I, nh, G, N, K = 5, 4, 8, 4, 2, 3, 3
+    u = rn(rng, T, H)
+    for bias in (False, True):
+        p = m2d_params(rng, H, I, nh, G, N, K, bias)
+        fwd = lambda p, u: gr.m2d_mixer_fwd(p, u, I, nh, G, N)
+        out = params_op("m2d_mixer", fwd, gr.m2d_mixer_bwd, p, u, rng, None)
+        same(out, hybrid_ref.discrete_mamba2(as_weights(p, ""), "", u, H, I, nh, G, N, K, bias, True),
+             "m2d_mixer")
+
+
 # ---------------------------------------------------------------------------------------------
 # Whole model
 # ---------------------------------------------------------------------------------------------
@@ -451,7 +495,7 @@ def mamba2_mixer(rng):
 
 def tiny_model(rng, tie):
     c = {"model_type": "hybridlm", "hidden_size": 8, "vocab_size": 11, "rms_norm_eps": 1e-5,
-         "tie_word_embeddings": tie, "block_pattern": ["m", "m2", "t"],
+         "tie_word_embeddings": tie, "block_pattern": ["m", "m2", "t", "m2d"],
          "ssm": {"d_state": 3, "d_conv": 3, "expand": 2, "dt_rank": 2, "head_dim": 4, "n_groups": 2,
                  "conv_bias": True, "proj_bias": False},
          "attention": {"num_heads": 4, "num_kv_heads": 2, "head_dim": 4, "rope_theta": 100.0,
@@ -464,6 +508,7 @@ def tiny_model(rng, tie):
         w["lm_head.weight"] = rn(rng, d["V"], H)
     blocks = {"m": mamba1_params(rng, H, I, d["N"], d["R"], 3, False),
               "m2": mamba2_params(rng, H, I, I // d["P"], d["G"], d["N"], 3, False),
+              "m2d": m2d_params(rng, H, I, I // d["P"], d["G"], d["N"], 3, False),
               "t": {"q_proj.weight": rn(rng, 16, H, s=0.5), "k_proj.weight": rn(rng, 8, H, s=0.5),
                     "v_proj.weight": rn(rng, 8, H), "o_proj.weight": rn(rng, H, 16, s=0.5),
                     "q_norm.weight": 1.0 + rn(rng, 4, s=0.2), "k_norm.weight": 1.0 + rn(rng, 4, s=0.2)}}
@@ -491,7 +536,7 @@ def whole_model(rng):
         g = gr.hybridlm_loss_bwd(cache)
         if set(g) != set(w):
             raise AssertionError("gradient names differ: %s" % sorted(set(g) ^ set(w)))
-        name = "model m,m2,t " + ("tied" if tie else "untied")
+        name = "model m,m2,t,m2d " + ("tied" if tie else "untied")
         check_grads(name, lambda inp: gr.hybridlm_loss_fwd(c, inp, ids)[0], w, g, rng, sample=40)
 
 
