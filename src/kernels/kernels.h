@@ -231,6 +231,7 @@ struct KernelTable {
   decltype(&ref::attention_backward) attention_backward;
   decltype(&ref::mamba1_scan_backward) mamba1_scan_backward;
   decltype(&ref::ssd_scan_backward) ssd_scan_backward;
+  decltype(&ref::ssd_scan_discrete_backward) ssd_scan_discrete_backward;
 };
 
 // The scalar oracle (src/kernels/ref) and the optimised CPU kernels (src/kernels/cpu, whose SIMD

@@ -426,17 +426,15 @@ void read_model(const Reader& r, const json& top, TrainConfig& c) {
   }
   check_model_types(r, m, "model");
   if (!m.contains("block_pattern"))
-    r.fail("model.block_pattern", "missing (one entry per layer: m = Mamba-1, m2 = Mamba-2, t = attention)");
+    r.fail("model.block_pattern",
+           "missing (one entry per layer: m = Mamba-1, m2 = Mamba-2, m2d = discrete Mamba-2, t = attention)");
   const json& pattern = m["block_pattern"];
-  if (pattern.empty()) r.fail("model.block_pattern", "empty (one entry per layer: m, m2 or t)");
-  for (size_t i = 0; i < pattern.size(); ++i) {
-    if (pattern[i] == "m2d")
+  if (pattern.empty()) r.fail("model.block_pattern", "empty (one entry per layer: m, m2, m2d or t)");
+  for (size_t i = 0; i < pattern.size(); ++i)
+    if (pattern[i] != "m" && pattern[i] != "m2" && pattern[i] != "m2d" && pattern[i] != "t")
       r.fail("model.block_pattern[" + std::to_string(i) + "]",
-             "\"m2d\": m2d (discrete Mamba-2) training is not supported yet (inference only)");
-    if (pattern[i] != "m" && pattern[i] != "m2" && pattern[i] != "t")
-      r.fail("model.block_pattern[" + std::to_string(i) + "]",
-             json_brief(pattern[i]) + ": unknown block kind (use m = Mamba-1, m2 = Mamba-2, t = attention)");
-  }
+             json_brief(pattern[i]) +
+                 ": unknown block kind (use m = Mamba-1, m2 = Mamba-2, m2d = discrete Mamba-2, t = attention)");
   if (m.contains("model_type") && m["model_type"] != "hybridlm")
     r.fail("model.model_type", json_brief(m["model_type"]) + ": the trainer writes hybridlm models only");
   if (m.contains("architectures") && m["architectures"] != json::array({"HybridLMForCausalLM"}))

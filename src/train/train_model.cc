@@ -60,11 +60,13 @@ struct TrainModel::Layer {
   Param mixer_norm, ffn_norm;
   // Mamba-1 / Mamba-2 (in_proj .. out_proj), attention (q .. k_norm), MLP (gate, up, down).
   Param in_proj, in_bias, conv_w, conv_b, x_proj, dt_proj, dt_bias, A_log, D, norm, out_proj, out_bias;
+  Param z_bias;  // m2d without projection biases
   Param q, k, v, o, q_bias, k_bias, v_bias, o_bias, q_norm, k_norm;
   Param gate, up, down;
   // Saved activations: rows (B * T) of each.
   std::vector<float> h_in, u, h_mid, u2;              // block input, mixer input, after the mixer, MLP input
-  std::vector<float> proj, conv, dbc, dtl, dt_raw, dt, y, g, A;  // SSM mixers
+  std::vector<float> proj, conv, dbc, dtl, dt_raw, dt, y, g, A;  // SSM mixers (m2d: dt the log-decay)
+  std::vector<float> zg;                                         // m2d: z + z_bias
   std::vector<float> q_pre, k_pre, qa, ka, va, att;   // attention (q, k after norm and RoPE)
   std::vector<float> a, b, m;                         // MLP
 };
@@ -115,8 +117,7 @@ void TrainModel::check_supported() const {
         if (s.output_gate || s.qk_norm_offset != 0.0f) refuse("gated attention (" + c.family + ")");
         break;
       }
-      case MixerKind::Mamba2Discrete:
-        throw Error("training: m2d (discrete Mamba-2) training is not supported yet: its backward is not written");
+      case MixerKind::Mamba2Discrete: break;
       default:
         refuse(std::string("the mixer '") + block_label(b) + "'");
     }
@@ -163,6 +164,7 @@ void TrainModel::build_tensors() {
     L->norm = get(p + "norm.weight");
     L->out_proj = get(p + "out_proj.weight");
     L->out_bias = get(p + "out_proj.bias");
+    L->z_bias = get(p + "z_bias");
     L->q = get(p + "q_proj.weight");
     L->k = get(p + "k_proj.weight");
     L->v = get(p + "v_proj.weight");
@@ -442,6 +444,88 @@ void mamba2_backward(const Pass& P, TrainModel::Layer& L, const float* u, const 
   ctx.ops->matmul_backward(ctx, view(L.in_proj.p, W, P.H), u, dproj, Mi, du, L.in_proj.g, L.in_bias.g);
 }
 
+// The discrete Mamba-2 (m2d): in_proj -> [xBC | z | A~]; the causal conv over xBC (SiLU only if
+// the spec says so); the scan with log-decay -softplus(A~) per token and head and no dt;
+// g = y * silu(z + z_bias); out_proj.
+void m2d_forward(const Pass& P, TrainModel::Layer& L, const float* u, float* out) {
+  const Mamba2DiscreteSpec& s = L.spec->m2d;
+  const KernelContext& ctx = P.ctx;
+  const int I = s.d_inner, N = s.d_state, K = s.d_conv, nh = s.n_heads, G = s.n_groups;
+  const int W = s.in_proj_dim(), cd = s.conv_dim();
+  const size_t M = P.M(), T = P.T;
+  float* proj = sized(L.proj, M * W);
+  ctx.ops->matmul_train(ctx, view(L.in_proj.p, W, P.H), L.in_bias.p, u, static_cast<int>(M), proj);
+  float* conv = sized(L.conv, M * cd);
+  float* state = P.ws.get(kForwardState, static_cast<size_t>(K - 1) * cd);
+  for (int b = 0; b < P.B; ++b) {
+    std::fill(state, state + static_cast<size_t>(K - 1) * cd, 0.0f);
+    ctx.ops->conv1d_causal(ctx, proj + b * T * W, W, L.conv_w.p, L.conv_b.p, state, P.T, cd, K, s.conv_silu,
+                           conv + b * T * cd);
+  }
+  float* la = sized(L.dt, M * nh);  // -softplus(A~)
+  for (size_t t = 0; t < M; ++t) std::copy_n(proj + t * W + cd + I, nh, la + t * nh);
+  ctx.ops->softplus(ctx, la, M * nh);
+  for (size_t i = 0; i < M * nh; ++i) la[i] = -la[i];
+  float* y = sized(L.y, M * I);
+  const SsdDims dims{nh, s.head_dim, G, N};
+  const size_t state_floats = static_cast<size_t>(nh) * s.head_dim * N;
+  float* S = P.ws.get(kForwardState, state_floats);
+  for (int b = 0; b < P.B; ++b) {
+    std::fill(S, S + state_floats, 0.0f);
+    const float* xr = conv + b * T * cd;
+    ctx.ops->ssd_scan_discrete(ctx, xr, cd, la + b * T * nh, xr + I, xr + I + G * N, cd, L.D.p, dims,
+                               std::min(s.chunk_size, kTrainSsdChunk), S, P.T, y + b * T * I);
+  }
+  float* gate = sized(L.zg, M * I);
+  for (size_t t = 0; t < M; ++t)
+    for (int i = 0; i < I; ++i) gate[t * I + i] = proj[t * W + cd + i] + (L.z_bias ? L.z_bias.p[i] : 0.0f);
+  float* g = sized(L.g, M * I);
+  ctx.ops->activation(ctx, Activation::Silu, gate, y, I, static_cast<int>(M), I, g);
+  ctx.ops->matmul_train(ctx, view(L.out_proj.p, P.H, I), L.out_bias.p, g, static_cast<int>(M), out);
+}
+
+void m2d_backward(const Pass& P, TrainModel::Layer& L, const float* u, const float* dout, float* du) {
+  const Mamba2DiscreteSpec& s = L.spec->m2d;
+  const KernelContext& ctx = P.ctx;
+  const int I = s.d_inner, N = s.d_state, K = s.d_conv, nh = s.n_heads, G = s.n_groups;
+  const int W = s.in_proj_dim(), cd = s.conv_dim();
+  const size_t M = P.M(), T = P.T;
+  const int Mi = static_cast<int>(M);
+  // Written whole before they are read (dproj: xBC by the conv, z and A~ here).
+  float* dg = P.ws.get(0, M * I);
+  float* dy = P.ws.get(1, M * I);
+  float* dproj = P.ws.get(2, M * W);
+  float* dconv = P.ws.get(3, M * cd);
+  float* dla = P.ws.get(4, M * nh);
+  float* dgate = P.ws.get(5, M * I);
+  ctx.ops->matmul_backward(ctx, view(L.out_proj.p, P.H, I), L.g.data(), dout, Mi, dg, L.out_proj.g, L.out_bias.g);
+  ctx.ops->activation_backward(ctx, Activation::Silu, L.zg.data(), L.y.data(), I, Mi, I, dg, dgate, dy);
+  for (size_t t = 0; t < M; ++t) {
+    std::copy_n(dgate + t * I, I, dproj + t * W + cd);
+    if (L.z_bias) add_into(L.z_bias.g, dgate + t * I, I);
+  }
+  const SsdDims dims{nh, s.head_dim, G, N};
+  for (int b = 0; b < P.B; ++b) {
+    const float* xr = L.conv.data() + b * T * cd;
+    float* dxr = dconv + b * T * cd;
+    ctx.ops->ssd_scan_discrete_backward(ctx, xr, cd, L.dt.data() + b * T * nh, xr + I, xr + I + G * N, cd, L.D.p, dims,
+                                        std::min(s.chunk_size, kTrainSsdChunk), nullptr, P.T, dy + b * T * I, dxr, cd,
+                                        dla + b * T * nh, dxr + I, dxr + I + G * N, cd, L.D.g, nullptr);
+  }
+  // log-decay = -softplus(A~)
+  for (size_t t = 0; t < M; ++t)
+    for (int h = 0; h < nh; ++h) {
+      const size_t a = t * W + cd + I + h;
+      dproj[a] = -dla[t * nh + h] * softplus_grad(L.proj[a]);
+    }
+  const std::vector<float> zeros(static_cast<size_t>(K - 1) * cd, 0.0f);
+  for (int b = 0; b < P.B; ++b)
+    ctx.ops->conv1d_causal_backward(ctx, L.proj.data() + b * T * W, W, L.conv_w.p, L.conv_b.p, zeros.data(), P.T, cd,
+                                    K, s.conv_silu, dconv + b * T * cd, dproj + b * T * W, W, L.conv_w.g, L.conv_b.g,
+                                    nullptr);
+  ctx.ops->matmul_backward(ctx, view(L.in_proj.p, W, P.H), u, dproj, Mi, du, L.in_proj.g, L.in_bias.g);
+}
+
 PagedKv contiguous_kv(const float* k, const float* v, int T, int n_kv, int hd, const int32_t* page0) {
   PagedKv kv;
   kv.k = const_cast<float*>(k);
@@ -616,6 +700,7 @@ double TrainModel::forward_backward(const int32_t* ids, int B, int len, bool bac
     switch (L->spec->mixer) {
       case MixerKind::Mamba1: mamba1_forward(P, *L, L->u.data(), out); break;
       case MixerKind::Mamba2: mamba2_forward(P, *L, L->u.data(), out); break;
+      case MixerKind::Mamba2Discrete: m2d_forward(P, *L, L->u.data(), out); break;
       default: attention_forward(P, *L, L->u.data(), out); break;
     }
     if (L->spec->ffn.kind == FfnKind::Mlp) {
@@ -654,6 +739,7 @@ double TrainModel::forward_backward(const int32_t* ids, int B, int len, bool bac
     switch (L->spec->mixer) {
       case MixerKind::Mamba1: mamba1_backward(P, *L, L->u.data(), dh, du); break;
       case MixerKind::Mamba2: mamba2_backward(P, *L, L->u.data(), dh, du); break;
+      case MixerKind::Mamba2Discrete: m2d_backward(P, *L, L->u.data(), dh, du); break;
       default: attention_backward(P, *L, L->u.data(), dh, du); break;
     }
     ctx_.ops->rmsnorm_backward(ctx_, L->h_in.data(), L->mixer_norm.p, du, static_cast<int>(M), H, eps, dtmp,

@@ -352,5 +352,92 @@ TEST_F(ScanBackward, SsdAgainstFiniteDifferencesAndRef) {
   }
 }
 
+// The discrete form (m2d): the log-decay per token and head in place of dt and A.
+TEST_F(ScanBackward, SsdDiscreteAgainstFiniteDifferencesAndRef) {
+  const SsdDims dm{4, 6, 2, 12};
+  const int nh = dm.n_heads, P = dm.head_dim, G = dm.n_groups, N = dm.d_state;
+  for (const SsdCase& k : {SsdCase{150, 64, true, true}, SsdCase{5, 64, false, true}, SsdCase{70, 16, true, false}}) {
+    const int T = k.T, chunk = k.chunk;
+    const std::string tag = "ssd_discrete_T" + std::to_string(T) + "_Q" + std::to_string(chunk) + "_";
+    SCOPED_TRACE(tag);
+    const int ld_x = nh * P + 5, ld_bc = G * N + 3;
+    const int ld_dx = nh * P + 2, ld_dbc = G * N + 1;
+    const size_t TY = static_cast<size_t>(T) * nh * P, SN = static_cast<size_t>(nh) * P * N;
+    const uint32_t s0 = 3000 + 10 * static_cast<uint32_t>(T + chunk);
+    std::vector<float> log_a = rand_dt(static_cast<size_t>(T) * nh, s0 + 2);  // -softplus(normal): decays 0.05 .. 0.95
+    for (float& v : log_a) v = -v;
+    const std::vector<float> x = randv(static_cast<size_t>(T) * ld_x, s0 + 1),
+                             B = randv(static_cast<size_t>(T) * ld_bc, s0 + 4),
+                             C = randv(static_cast<size_t>(T) * ld_bc, s0 + 5), D = randv(nh, s0 + 6),
+                             S0 = k.S0 ? randv(SN, s0 + 7) : std::vector<float>(SN, 0.0f), dy = randv(TY, s0 + 8);
+    auto run = [&](const KernelContext& c, decltype(&ref::ssd_scan_discrete_backward) fn) {
+      SsdGrads g{std::vector<float>(static_cast<size_t>(T) * ld_dx, 7.0f),
+                 std::vector<float>(static_cast<size_t>(T) * nh, 7.0f), {},
+                 std::vector<float>(static_cast<size_t>(T) * ld_dbc, 7.0f),
+                 std::vector<float>(static_cast<size_t>(T) * ld_dbc, 7.0f), std::vector<float>(nh, -1.0f),
+                 std::vector<float>(SN, 7.0f)};
+      fn(c, x.data(), ld_x, log_a.data(), B.data(), C.data(), ld_bc, D.data(), dm, chunk, k.S0 ? S0.data() : nullptr,
+         T, dy.data(), g.dx.data(), ld_dx, g.ddt.data(), g.dB.data(), g.dC.data(), ld_dbc, g.dD.data(),
+         k.want ? g.dS0.data() : nullptr);
+      for (float& v : g.dD) v += 1.0f;
+      EXPECT_TRUE(padding_untouched(g.dx, ld_dx, T, nh * P, 7.0f));
+      EXPECT_TRUE(padding_untouched(g.dB, ld_dbc, T, G * N, 7.0f));
+      EXPECT_TRUE(padding_untouched(g.dC, ld_dbc, T, G * N, 7.0f));
+      if (!k.want) {
+        EXPECT_EQ(g.dS0, std::vector<float>(SN, 7.0f));
+      }
+      return g;
+    };
+    const SsdGrads r = run(ref_ctx, &ref::ssd_scan_discrete_backward);
+
+    auto forward = [&](const std::vector<float>& xv, const std::vector<float>& lav, const std::vector<float>& Bv,
+                       const std::vector<float>& Cv, const std::vector<float>& Dv, std::vector<float> Sv) {
+      std::vector<float> y(TY);
+      ref::ssd_scan_discrete(ref_ctx, xv.data(), ld_x, lav.data(), Bv.data(), Cv.data(), ld_bc, Dv.data(), dm, chunk,
+                             Sv.data(), T, y.data());
+      return y;
+    };
+    const float h = 1e-2f;
+    const int W = nh * P, GN = G * N;
+    const Probe px(x, aligned(x.size(), r.dx, ld_x, ld_dx, T, W, s0 + 21), h), pla(log_a, aligned(r.ddt, s0 + 22), h),
+        pB(B, aligned(B.size(), r.dB, ld_bc, ld_dbc, T, GN, s0 + 24), h),
+        pC(C, aligned(C.size(), r.dC, ld_bc, ld_dbc, T, GN, s0 + 25), h), pD(D, aligned(r.dD, s0 + 26), h),
+        pS(S0, k.want ? aligned(r.dS0, s0 + 27) : randv(SN, s0 + 27), h);
+    using V = std::vector<float>;
+    const double bound = tol::kBackwardVsFiniteDiff;
+    expect_below(tag + "fd_x", rel(dot_rows(r.dx, ld_dx, px.diff, ld_x, T, W),
+                                   directional([&](const V& v) { return forward(v, log_a, B, C, D, S0); }, px, dy)),
+                 bound);
+    expect_below(tag + "fd_log_a", rel(dot(r.ddt, pla.diff),
+                                       directional([&](const V& v) { return forward(x, v, B, C, D, S0); }, pla, dy)),
+                 bound);
+    expect_below(tag + "fd_B", rel(dot_rows(r.dB, ld_dbc, pB.diff, ld_bc, T, GN),
+                                   directional([&](const V& v) { return forward(x, log_a, v, C, D, S0); }, pB, dy)),
+                 bound);
+    expect_below(tag + "fd_C", rel(dot_rows(r.dC, ld_dbc, pC.diff, ld_bc, T, GN),
+                                   directional([&](const V& v) { return forward(x, log_a, B, v, D, S0); }, pC, dy)),
+                 bound);
+    expect_below(tag + "fd_D", rel(dot(r.dD, pD.diff),
+                                   directional([&](const V& v) { return forward(x, log_a, B, C, v, S0); }, pD, dy)),
+                 bound);
+    if (k.want)
+      expect_below(tag + "fd_S0", rel(dot(r.dS0, pS.diff),
+                                      directional([&](const V& v) { return forward(x, log_a, B, C, D, v); }, pS, dy)),
+                   bound);
+
+    const SsdGrads c = run(ctx, &cpu::ssd_scan_discrete_backward);
+    const double cb = tol::kBackwardCpuVsRef;
+    expect_below(tag + "cpu_dx", max_rel_rows(c.dx, ld_dx, r.dx, ld_dx, T, W), cb);
+    expect_below(tag + "cpu_dlog_a", max_rel(c.ddt, r.ddt), cb);
+    expect_below(tag + "cpu_dB", max_rel_rows(c.dB, ld_dbc, r.dB, ld_dbc, T, GN), cb);
+    expect_below(tag + "cpu_dC", max_rel_rows(c.dC, ld_dbc, r.dC, ld_dbc, T, GN), cb);
+    expect_below(tag + "cpu_dD", max_rel(c.dD, r.dD), cb);
+    if (k.want) expect_below(tag + "cpu_dS0", max_rel(c.dS0, r.dS0), cb);
+    const SsdGrads c1 = run(ctx1, &cpu::ssd_scan_discrete_backward);
+    EXPECT_TRUE(c1.dx == c.dx && c1.ddt == c.ddt && c1.dB == c.dB && c1.dC == c.dC && c1.dD == c.dD &&
+                c1.dS0 == c.dS0);
+  }
+}
+
 }  // namespace
 }  // namespace hybridlm

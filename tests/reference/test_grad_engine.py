@@ -56,6 +56,13 @@ CASES = [
       "--set", 'attention={"num_heads": 2, "num_kv_heads": 2, "bias": true, "partial_rotary_factor": 0.0}',
       "--set", 'ssm={"d_state": 8, "head_dim": 16, "proj_bias": true, "conv_bias": true}',
       "--set", 'mlp={"intermediate_size": 40, "activation": "gelu"}'], 19),
+    # Discrete Mamba-2 with z_bias, two B/C groups, T over 3 chunks of 8; then with biases.
+    ("m2d with z_bias, 2 groups",
+     ["--preset", "hybridlm-tiny", "--set", 'block_pattern=["m2d", "t", "m2d"]',
+      "--set", 'ssm={"d_state": 8, "head_dim": 8, "n_groups": 2, "chunk_size": 8}'], 20),
+    ("m2d with projection biases, no conv bias",
+     ["--preset", "hybridlm-tiny", "--set", 'block_pattern=["m2", "m2d"]',
+      "--set", 'ssm={"d_state": 4, "head_dim": 16, "proj_bias": true, "conv_bias": false}'], 11),
     ("no MLP, no conv bias, two tokens",
      ["--preset", "hybridlm-tiny", "--set", 'block_pattern=["m2", "m"]',
       "--set", 'ssm={"d_state": 4, "head_dim": 16, "conv_bias": false}',

@@ -90,6 +90,18 @@ check("generate loads the trained checkpoint", rc == 0 and gen.startswith("ROMEO
 rc, sc, err = run("score", "-m", final, "-p", "First Citizen: Before we proceed any further, hear me speak.")
 check("score loads the trained checkpoint", rc == 0 and '"perplexity"' in sc, err[-300:])
 
+# 1b. Discrete Mamba-2 blocks train too (their gradients: test_grad_engine.py): 30 steps of
+# [m2d, t, m2d] take the loss from ~6.2 to ~5.2 (measured 5.16 at step 30 of a 50-step run).
+M2D = RUN.replace("[m2, t, m]", "[m2d, t, m2d]").replace("steps: 50", "steps: 30") \
+         .replace("eval_interval: 25", "eval_interval: 30").replace("checkpoint_interval: 25", "checkpoint_interval: 30")
+cfg, out = write_yaml("m2d", M2D)
+rc, _, err = run("train", "--config", cfg, "-q", timeout=600)
+tl = losses(out) if rc == 0 else []
+check(f"train m2d: loss falls below 5.5 (first {tl[0][1] if tl else '?'}, last {tl[-1][1] if tl else '?'})",
+      rc == 0 and tl and tl[-1][0] == 30 and tl[0][1] > 5.0 and tl[-1][1] < 5.5, err[-500:])
+rc, sc, err = run("score", "-m", os.path.join(out, "step-30"), "-p", "First Citizen: Before we proceed any further.")
+check("score loads the m2d checkpoint", rc == 0 and '"perplexity"' in sc, err[-300:])
+
 # 2. Resume after a kill equals the uninterrupted run, step for step, bit for bit.
 RESUME = RUN.replace("steps: 50", "steps: 8").replace("checkpoint_interval: 25", "checkpoint_interval: 3") \
             .replace("log_interval: 5", "log_interval: 1").replace("eval_interval: 25", "eval_interval: 4")

@@ -274,10 +274,10 @@ TEST(TrainConfig, OutOfRangeValues) {
 
 TEST(TrainConfig, ModelErrors) {
   EXPECT_EQ(error_of(minimal_with("model: {block_pattern: [m2, x, t]}")),
-            "train.yaml: model.block_pattern[1]: \"x\": unknown block kind (use m = Mamba-1, m2 = Mamba-2, t = "
-            "attention)");
+            "train.yaml: model.block_pattern[1]: \"x\": unknown block kind (use m = Mamba-1, m2 = Mamba-2, m2d = "
+            "discrete Mamba-2, t = attention)");
   EXPECT_EQ(error_of(minimal_with("model: {block_pattern: []}")),
-            "train.yaml: model.block_pattern: empty (one entry per layer: m, m2 or t)");
+            "train.yaml: model.block_pattern: empty (one entry per layer: m, m2, m2d or t)");
   EXPECT_THAT(error_of(minimal_with("model: {hidden_size: 64}")),
               HasSubstr("train.yaml: model.block_pattern: missing"));
   EXPECT_EQ(error_of(minimal_with("model: {block_pattern: [t], mlp: {intermediate_size: 8, activation: tanh}}")),

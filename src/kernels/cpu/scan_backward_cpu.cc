@@ -192,7 +192,15 @@ HYBRIDLM_SIMD_VARIANTS(m1b_seg, m1b_segment)
 // A head's state and adjoint are (P, N), row p the state of x's channel p. The rows follow the
 // recurrence independently; ddt, dA, dB, dC are sums over them.
 
-// S <- exp(dt A) S + dt x B^T, for head h at step t.
+// Step t of head h: the input scale d and decay a. Mamba-2 (A given): d = dt, a = exp(dt A); the
+// discrete form (A null, `dt` the log-decay): d = 1, a = exp(log_a).
+HYBRIDLM_INLINE void ssd_coeffs(const float* dt, const float* A, size_t t, int nh, size_t h, float& d, float& a) {
+  const float v = dt[t * nh + h];
+  d = A ? v : 1.0f;
+  a = vexp(A ? v * A[h] : v);
+}
+
+// S <- a S + d x B^T, for head h at step t.
 HYBRIDLM_INLINE void ssd_advance(const float* xt, float d, float a, const float* Bt, int P, int N, const float* Sp,
                                  float* Sn) {
   for (int p = 0; p < P; ++p) {
@@ -248,9 +256,10 @@ HYBRIDLM_INLINE void ssdb_checkpoints(const float* x, int ld_x, const float* dt,
       float* Sn = ckpt + (static_cast<size_t>(c + 1) * nh + h) * PN;
       std::memcpy(Sn, S, PN * sizeof(float));
       for (int t = c * chunk; t < (c + 1) * chunk; ++t) {
-        const float d = dt[static_cast<size_t>(t) * nh + h];
-        ssd_advance(x + static_cast<size_t>(t) * ld_x + h * P, d, vexp(d * A[h]),
-                    B + static_cast<size_t>(t) * ld_bc + g * N, P, N, Sn, Sn);
+        float d, a;
+        ssd_coeffs(dt, A, t, nh, h, d, a);
+        ssd_advance(x + static_cast<size_t>(t) * ld_x + h * P, d, a, B + static_cast<size_t>(t) * ld_bc + g * N, P, N,
+                    Sn, Sn);
       }
       S = Sn;
     }
@@ -272,15 +281,16 @@ HYBRIDLM_INLINE void ssdb_chunk(const float* x, int ld_x, const float* dt, const
     std::memcpy(Ss, ckpt_c + h * PN, PN * sizeof(float));
     for (int j = 0; j < Q; ++j) {  // Ss[j + 1] = S_{c0 + j}
       const size_t t = static_cast<size_t>(c0 + j);
-      const float d = dt[t * nh + h];
-      ssd_advance(x + t * ld_x + h * P, d, vexp(d * A[h]), B + t * ld_bc + g * N, P, N, Ss + j * PN,
-                  Ss + (j + 1) * PN);
+      float d, a;
+      ssd_coeffs(dt, A, t, nh, h, d, a);
+      ssd_advance(x + t * ld_x + h * P, d, a, B + t * ld_bc + g * N, P, N, Ss + j * PN, Ss + (j + 1) * PN);
     }
     float* gS = gS_all + h * PN;
     float sum_a = 0, sum_d = 0;
     for (int j = Q - 1; j >= 0; --j) {
       const size_t t = static_cast<size_t>(c0 + j);
-      const float d = dt[t * nh + h], a = vexp(d * A[h]);
+      float d, a;
+      ssd_coeffs(dt, A, t, nh, h, d, a);
       const float* xt = x + t * ld_x + h * P;
       const float* dyt = dy + t * nh * P + h * P;
       const float* Bt = B + t * ld_bc + g * N;
@@ -299,8 +309,8 @@ HYBRIDLM_INLINE void ssdb_chunk(const float* x, int ld_x, const float* dt, const
         xgb += xp * gb;
         sum_d += dyp * xp;
       }
-      const float da = a * gss;  // dL/d(dt A) through the decay: <dL/dS_t, exp(dt A) S_{t-1}>
-      ddt[t * nh + h] = xgb + A[h] * da;
+      const float da = a * gss;  // dL/d(log decay): <dL/dS_t, a S_{t-1}>
+      ddt[t * nh + h] = A ? xgb + A[h] * da : da;
       sum_a += d * da;
       float* bp = dBp + (h * chunk + j) * N;
       float* cp = dCp + (h * chunk + j) * N;
@@ -373,10 +383,13 @@ void mamba1_scan_backward(const KernelContext& ctx, const float* x, int ld_x, co
   }
 }
 
-void ssd_scan_backward(const KernelContext& ctx, const float* x, int ld_x, const float* dt, const float* A,
-                       const float* B, const float* C, int ld_bc, const float* D, const SsdDims& dims, int chunk,
-                       const float* S0, int T, const float* dy, float* dx, int ld_dx, float* ddt, float* dA,
-                       float* dB, float* dC, int ld_dbc, float* dD, float* dS0) {
+namespace {
+
+// Both SSD scans' backward (ssd_coeffs): Mamba-2 with A, the discrete form with A and dA null.
+void ssd_backward(const KernelContext& ctx, const float* x, int ld_x, const float* dt, const float* A, const float* B,
+                  const float* C, int ld_bc, const float* D, const SsdDims& dims, int chunk, const float* S0, int T,
+                  const float* dy, float* dx, int ld_dx, float* ddt, float* dA, float* dB, float* dC, int ld_dbc,
+                  float* dD, float* dS0) {
   check(chunk > 0, "ssd_scan_backward: chunk must be positive, got ", chunk);
   const int nh = dims.n_heads, N = dims.d_state, hpg = nh / dims.n_groups;
   const size_t PN = static_cast<size_t>(dims.head_dim) * N;
@@ -419,10 +432,28 @@ void ssd_scan_backward(const KernelContext& ctx, const float* x, int ld_x, const
     });
   }
   for (int h = 0; h < nh; ++h) {
-    dA[h] += gA[h];
+    if (dA) dA[h] += gA[h];
     dD[h] += gD[h];
   }
   if (dS0) std::copy(gS, gS + static_cast<size_t>(nh) * PN, dS0);
+}
+
+}  // namespace
+
+void ssd_scan_backward(const KernelContext& ctx, const float* x, int ld_x, const float* dt, const float* A,
+                       const float* B, const float* C, int ld_bc, const float* D, const SsdDims& dims, int chunk,
+                       const float* S0, int T, const float* dy, float* dx, int ld_dx, float* ddt, float* dA,
+                       float* dB, float* dC, int ld_dbc, float* dD, float* dS0) {
+  ssd_backward(ctx, x, ld_x, dt, A, B, C, ld_bc, D, dims, chunk, S0, T, dy, dx, ld_dx, ddt, dA, dB, dC, ld_dbc, dD,
+               dS0);
+}
+
+void ssd_scan_discrete_backward(const KernelContext& ctx, const float* x, int ld_x, const float* log_a,
+                                const float* B, const float* C, int ld_bc, const float* D, const SsdDims& dims,
+                                int chunk, const float* S0, int T, const float* dy, float* dx, int ld_dx,
+                                float* dlog_a, float* dB, float* dC, int ld_dbc, float* dD, float* dS0) {
+  ssd_backward(ctx, x, ld_x, log_a, nullptr, B, C, ld_bc, D, dims, chunk, S0, T, dy, dx, ld_dx, dlog_a, nullptr, dB,
+               dC, ld_dbc, dD, dS0);
 }
 
 ScratchNeed scan_backward_scratch(const KernelLimits& lim) {

@@ -73,12 +73,15 @@ void mamba1_scan_backward(const KernelContext&, const float* x, int ld_x, const 
     for (size_t k = 0; k < IN; ++k) dh0[k] = static_cast<float>(g[k]);
 }
 
-// The sequential recurrence, not the chunked form: `chunk` only shapes the forward's arithmetic,
-// and the gradient of the math is the same for any chunk.
-void ssd_scan_backward(const KernelContext&, const float* x, int ld_x, const float* dt, const float* A,
-                       const float* B, const float* C, int ld_bc, const float* D, const SsdDims& dims, int,
-                       const float* S0, int T, const float* dy, float* dx, int ld_dx, float* ddt, float* dA,
-                       float* dB, float* dC, int ld_dbc, float* dD, float* dS0) {
+namespace {
+
+// Both SSD scans' backward: Mamba-2 (A given: input scale dt, decay exp(dt A); writes ddt and adds
+// dA) and the discrete form (A null: `dt` holds the log-decay, input scale 1; writes its gradient
+// into ddt). The sequential recurrence, not the chunked form: the chunk only shapes the forward's
+// arithmetic, and the gradient of the math is the same for any chunk.
+void ssd_backward(const float* x, int ld_x, const float* dt, const float* A, const float* B, const float* C, int ld_bc,
+                  const float* D, const SsdDims& dims, const float* S0, int T, const float* dy, float* dx, int ld_dx,
+                  float* ddt, float* dA, float* dB, float* dC, int ld_dbc, float* dD, float* dS0) {
   const int nh = dims.n_heads, P = dims.head_dim, N = dims.d_state, G = dims.n_groups;
   const int hpg = nh / G;
   const size_t PN = static_cast<size_t>(P) * N, GN = static_cast<size_t>(G) * N;
@@ -90,8 +93,15 @@ void ssd_scan_backward(const KernelContext&, const float* x, int ld_x, const flo
     auto Bv = [&](int t, int n) { return static_cast<double>(B[static_cast<size_t>(t) * ld_bc + g * N + n]); };
     auto Cv = [&](int t, int n) { return static_cast<double>(C[static_cast<size_t>(t) * ld_bc + g * N + n]); };
     for (size_t k = 0; k < PN; ++k) Ss[k] = S0 ? S0[h * PN + k] : 0.0;
+    // The input scale and decay of step t.
+    auto coeffs = [&](int t, double& d, double& a) {
+      const double v = dt[static_cast<size_t>(t) * nh + h];
+      d = A ? v : 1.0;
+      a = std::exp(A ? v * A[h] : v);
+    };
     for (int t = 0; t < T; ++t) {
-      const double d = dt[static_cast<size_t>(t) * nh + h], a = std::exp(d * A[h]);
+      double d, a;
+      coeffs(t, d, a);
       for (int p = 0; p < P; ++p)
         for (int n = 0; n < N; ++n) {
           const size_t k = static_cast<size_t>(p) * N + n;
@@ -103,7 +113,8 @@ void ssd_scan_backward(const KernelContext&, const float* x, int ld_x, const flo
     for (int t = T - 1; t >= 0; --t) {
       const double* St = &Ss[(t + 1) * PN];
       const double* Sp = &Ss[t * PN];
-      const double d = dt[static_cast<size_t>(t) * nh + h], a = std::exp(d * A[h]);
+      double d, a;
+      coeffs(t, d, a);
       auto Dy = [&](int p) { return static_cast<double>(dy[static_cast<size_t>(t) * nh * P + h * P + p]); };
       double gss = 0, xgb = 0;
       for (int p = 0; p < P; ++p) {
@@ -120,12 +131,12 @@ void ssd_scan_backward(const KernelContext&, const float* x, int ld_x, const flo
         dx[static_cast<size_t>(t) * ld_dx + h * P + p] = static_cast<float>(D[h] * Dy(p) + d * gb);
         xgb += X(t, p) * gb;
       }
-      const double da = a * gss;  // dL/d(dt A) through the decay: <dL/dS_t, exp(dt A) S_{t-1}>
-      ddt[static_cast<size_t>(t) * nh + h] = static_cast<float>(xgb + A[h] * da);
+      const double da = a * gss;  // dL/d(log decay): <dL/dS_t, a S_{t-1}>
+      ddt[static_cast<size_t>(t) * nh + h] = static_cast<float>(A ? xgb + A[h] * da : da);
       gA += d * da;
       for (double& v : gS) v *= a;  // now dL/dS_{t-1}
     }
-    dA[h] += static_cast<float>(gA);
+    if (A) dA[h] += static_cast<float>(gA);
     dD[h] += static_cast<float>(gD);
     if (dS0)
       for (size_t k = 0; k < PN; ++k) dS0[h * PN + k] = static_cast<float>(gS[k]);
@@ -135,6 +146,23 @@ void ssd_scan_backward(const KernelContext&, const float* x, int ld_x, const flo
       dB[static_cast<size_t>(t) * ld_dbc + k] = static_cast<float>(gB[t * GN + k]);
       dC[static_cast<size_t>(t) * ld_dbc + k] = static_cast<float>(gC[t * GN + k]);
     }
+}
+
+}  // namespace
+
+void ssd_scan_backward(const KernelContext&, const float* x, int ld_x, const float* dt, const float* A,
+                       const float* B, const float* C, int ld_bc, const float* D, const SsdDims& dims, int,
+                       const float* S0, int T, const float* dy, float* dx, int ld_dx, float* ddt, float* dA,
+                       float* dB, float* dC, int ld_dbc, float* dD, float* dS0) {
+  ssd_backward(x, ld_x, dt, A, B, C, ld_bc, D, dims, S0, T, dy, dx, ld_dx, ddt, dA, dB, dC, ld_dbc, dD, dS0);
+}
+
+void ssd_scan_discrete_backward(const KernelContext&, const float* x, int ld_x, const float* log_a, const float* B,
+                                const float* C, int ld_bc, const float* D, const SsdDims& dims, int, const float* S0,
+                                int T, const float* dy, float* dx, int ld_dx, float* dlog_a, float* dB, float* dC,
+                                int ld_dbc, float* dD, float* dS0) {
+  ssd_backward(x, ld_x, log_a, nullptr, B, C, ld_bc, D, dims, S0, T, dy, dx, ld_dx, dlog_a, nullptr, dB, dC, ld_dbc,
+               dD, dS0);
 }
 
 }  // namespace hybridlm::ref
