@@ -209,34 +209,48 @@ HYBRIDLM_INLINE void ssd_advance(const float* xt, float d, float a, const float*
   }
 }
 
-// Row p of one step's backward, in one pass over the row: with r = row + dy_p C_t (row: dL/dS_t
-// before y_t's term), tc += S_t[p] dy_p (dC), tb += r x_p (dB / dt), gb = r . B_t (dx, ddt),
-// gss += r . S_{t-1}[p] (dA, ddt), and row <- a r, dL/dS_{t-1}. The dots keep 16 partial sums
-// (as vdot), so they vectorise without reassociation.
-HYBRIDLM_INLINE void ssd_row_backward(float* __restrict__ row, const float* __restrict__ Ct,
-                                      const float* __restrict__ Bt, const float* __restrict__ St,
-                                      const float* __restrict__ Sp, float dyp, float xp, float a, int N,
-                                      float* __restrict__ tb, float* __restrict__ tc, float& gb, float& gss) {
-  float acc_b[kLanes] = {}, acc_s[kLanes] = {};
+// R rows p0 .. p0 + R of one step's backward, in one pass over the columns: for each row p,
+// with r = row_p + dy_p C_t (row_p: dL/dS_t before y_t's term), tc += S_t[p] dy_p (dC),
+// tb += r x_p (dB / dt), gb_p = r . B_t (dx, ddt), gss += r . S_{t-1}[p] (dA, ddt), and
+// row_p <- a r, dL/dS_{t-1}. Rows are R apart by N in `rows`, St and Sp. A column's tb, tc, B_t and
+// C_t are read once for the R rows. The dots keep 16 partial sums (as vdot), so they vectorise
+// without reassociation.
+template <int R>
+HYBRIDLM_INLINE void ssd_rows_backward(float* __restrict__ rows, const float* __restrict__ Ct,
+                                       const float* __restrict__ Bt, const float* __restrict__ St,
+                                       const float* __restrict__ Sp, const float* dyp, const float* xp, float a, int N,
+                                       float* __restrict__ tb, float* __restrict__ tc, float* gb, float& gss) {
+  float acc_b[R][kLanes] = {}, acc_s[kLanes] = {};
   int n = 0;
-  for (; n + kLanes <= N; n += kLanes)
-    for (int l = 0; l < kLanes; ++l) {
-      const float r = row[n + l] + dyp * Ct[n + l];
-      tc[n + l] += St[n + l] * dyp;
-      tb[n + l] += r * xp;
-      acc_b[l] += r * Bt[n + l];
-      acc_s[l] += r * Sp[n + l];
-      row[n + l] = a * r;
+  for (; n + kLanes <= N; n += kLanes) {
+    float vb[kLanes], vc[kLanes];
+    for (int l = 0; l < kLanes; ++l) vb[l] = tb[n + l], vc[l] = tc[n + l];
+    for (int k = 0; k < R; ++k) {
+      float* row = rows + static_cast<size_t>(k) * N;
+      const float* st = St + static_cast<size_t>(k) * N;
+      const float* sp = Sp + static_cast<size_t>(k) * N;
+      for (int l = 0; l < kLanes; ++l) {
+        const float r = row[n + l] + dyp[k] * Ct[n + l];
+        vc[l] += st[n + l] * dyp[k];
+        vb[l] += r * xp[k];
+        acc_b[k][l] += r * Bt[n + l];
+        acc_s[l] += r * sp[n + l];
+        row[n + l] = a * r;
+      }
     }
-  for (int l = 0; n < N; ++n, ++l) {
-    const float r = row[n] + dyp * Ct[n];
-    tc[n] += St[n] * dyp;
-    tb[n] += r * xp;
-    acc_b[l] += r * Bt[n];
-    acc_s[l] += r * Sp[n];
-    row[n] = a * r;
+    for (int l = 0; l < kLanes; ++l) tb[n + l] = vb[l], tc[n + l] = vc[l];
   }
-  gb = hsum16(acc_b);
+  for (int l = 0; n < N; ++n, ++l)
+    for (int k = 0; k < R; ++k) {
+      float* row = rows + static_cast<size_t>(k) * N;
+      const float r = row[n] + dyp[k] * Ct[n];
+      tc[n] += St[static_cast<size_t>(k) * N + n] * dyp[k];
+      tb[n] += r * xp[k];
+      acc_b[k][l] += r * Bt[n];
+      acc_s[l] += r * Sp[static_cast<size_t>(k) * N + n];
+      row[n] = a * r;
+    }
+  for (int k = 0; k < R; ++k) gb[k] = hsum16(acc_b[k]);
   gss += hsum16(acc_s);
 }
 
@@ -266,58 +280,80 @@ HYBRIDLM_INLINE void ssdb_checkpoints(const float* x, int ld_x, const float* dt,
   }
 }
 
+// Rows of a head's state recomputed and walked back together: a chunk's states of kSsdRows rows
+// ((Q + 1) x kSsdRows x N floats, 66 KiB at Q = 64, N = 64) stay in L2, where all P rows' states
+// (1 MiB at P = 64) did not. The rows are independent; only the sums over them (dB, dC, and the
+// per-step dot products behind ddt) cross row blocks, and they are added in row order as before.
+constexpr int kSsdRows = 4;
+
 // One chunk [c0, c0 + Q) of heads [hb, he), walked back. gS: the heads' adjoint of the state so
 // far (nh, P, N); gA, gD: dA and dD so far (nh). dBp, dCp: the heads' partial dB and dC rows of the
-// chunk, (nh, chunk, N). Ss: (Q + 1) (P, N) states; tb, tc: (N).
+// chunk, (nh, chunk, N). Ss: (Q + 1) (kSsdRows, N) states; gss, xgb: (Q) per-step sums.
 HYBRIDLM_INLINE void ssdb_chunk(const float* x, int ld_x, const float* dt, const float* A, const float* B,
                                 const float* C, int ld_bc, const float* D, const SsdDims& dm, int chunk,
                                 const float* dy, float* dxo, int ld_dx, float* ddt, const float* ckpt_c, float* gS_all,
                                 float* gA, float* gD, float* dBp, float* dCp, int c0, int Q, size_t hb, size_t he,
-                                float* Ss, float* tb, float* tc) {
+                                float* Ss, float* gss, float* xgb) {
   const int nh = dm.n_heads, P = dm.head_dim, N = dm.d_state, hpg = nh / dm.n_groups;
-  const size_t PN = static_cast<size_t>(P) * N;
+  const size_t PN = static_cast<size_t>(P) * N, RN = static_cast<size_t>(kSsdRows) * N;
   for (size_t h = hb; h < he; ++h) {
     const size_t g = h / hpg;
-    std::memcpy(Ss, ckpt_c + h * PN, PN * sizeof(float));
-    for (int j = 0; j < Q; ++j) {  // Ss[j + 1] = S_{c0 + j}
-      const size_t t = static_cast<size_t>(c0 + j);
-      float d, a;
-      ssd_coeffs(dt, A, t, nh, h, d, a);
-      ssd_advance(x + t * ld_x + h * P, d, a, B + t * ld_bc + g * N, P, N, Ss + j * PN, Ss + (j + 1) * PN);
-    }
     float* gS = gS_all + h * PN;
-    float sum_a = 0, sum_d = 0;
+    float* bp0 = dBp + h * chunk * N;
+    float* cp0 = dCp + h * chunk * N;
+    std::fill(bp0, bp0 + static_cast<size_t>(Q) * N, 0.0f);
+    std::fill(cp0, cp0 + static_cast<size_t>(Q) * N, 0.0f);
+    std::fill(gss, gss + Q, 0.0f);
+    std::fill(xgb, xgb + Q, 0.0f);
+    float sum_d = 0;
+    for (int p0 = 0; p0 < P; p0 += kSsdRows) {
+      const int nr = std::min(kSsdRows, P - p0);
+      std::memcpy(Ss, ckpt_c + h * PN + static_cast<size_t>(p0) * N, static_cast<size_t>(nr) * N * sizeof(float));
+      for (int j = 0; j < Q; ++j) {  // Ss[j + 1] = rows p0 .. p0 + nr of S_{c0 + j}
+        const size_t t = static_cast<size_t>(c0 + j);
+        float d, a;
+        ssd_coeffs(dt, A, t, nh, h, d, a);
+        ssd_advance(x + t * ld_x + h * P + p0, d, a, B + t * ld_bc + g * N, nr, N, Ss + j * RN, Ss + (j + 1) * RN);
+      }
+      for (int j = Q - 1; j >= 0; --j) {
+        const size_t t = static_cast<size_t>(c0 + j);
+        float d, a;
+        ssd_coeffs(dt, A, t, nh, h, d, a);
+        const float* xt = x + t * ld_x + h * P;
+        const float* dyt = dy + t * nh * P + h * P;
+        const float* Bt = B + t * ld_bc + g * N;
+        const float* Ct = C + t * ld_bc + g * N;
+        const float* St = Ss + (j + 1) * RN;
+        const float* Sp = Ss + j * RN;
+        float* dxt = dxo + t * ld_dx + h * P;
+        float* tb = bp0 + static_cast<size_t>(j) * N;
+        float* tc = cp0 + static_cast<size_t>(j) * N;
+        float gb[kSsdRows];
+        float* rows = gS + static_cast<size_t>(p0) * N;
+        if (nr == kSsdRows)
+          ssd_rows_backward<kSsdRows>(rows, Ct, Bt, St, Sp, dyt + p0, xt + p0, a, N, tb, tc, gb, gss[j]);
+        else
+          for (int r = 0; r < nr; ++r)
+            ssd_rows_backward<1>(rows + r * N, Ct, Bt, St + r * N, Sp + r * N, dyt + p0 + r, xt + p0 + r, a, N, tb, tc,
+                                 gb + r, gss[j]);
+        for (int r = 0; r < nr; ++r) {
+          const int p = p0 + r;
+          dxt[p] = D[h] * dyt[p] + d * gb[r];
+          xgb[j] += xt[p] * gb[r];
+          sum_d += dyt[p] * xt[p];
+        }
+      }
+    }
+    float sum_a = 0;
     for (int j = Q - 1; j >= 0; --j) {
       const size_t t = static_cast<size_t>(c0 + j);
       float d, a;
       ssd_coeffs(dt, A, t, nh, h, d, a);
-      const float* xt = x + t * ld_x + h * P;
-      const float* dyt = dy + t * nh * P + h * P;
-      const float* Bt = B + t * ld_bc + g * N;
-      const float* Ct = C + t * ld_bc + g * N;
-      const float* St = Ss + (j + 1) * PN;
-      const float* Sp = Ss + j * PN;
-      float* dxt = dxo + t * ld_dx + h * P;
-      std::fill(tb, tb + N, 0.0f);
-      std::fill(tc, tc + N, 0.0f);
-      float gss = 0, xgb = 0;
-      for (int p = 0; p < P; ++p) {
-        const float dyp = dyt[p], xp = xt[p];
-        float gb;
-        ssd_row_backward(gS + p * N, Ct, Bt, St + p * N, Sp + p * N, dyp, xp, a, N, tb, tc, gb, gss);
-        dxt[p] = D[h] * dyp + d * gb;
-        xgb += xp * gb;
-        sum_d += dyp * xp;
-      }
-      const float da = a * gss;  // dL/d(log decay): <dL/dS_t, a S_{t-1}>
-      ddt[t * nh + h] = A ? xgb + A[h] * da : da;
+      const float da = a * gss[j];  // dL/d(log decay): <dL/dS_t, a S_{t-1}>
+      ddt[t * nh + h] = A ? xgb[j] + A[h] * da : da;
       sum_a += d * da;
-      float* bp = dBp + (h * chunk + j) * N;
-      float* cp = dCp + (h * chunk + j) * N;
-      for (int n = 0; n < N; ++n) {
-        bp[n] = d * tb[n];
-        cp[n] = tc[n];
-      }
+      float* bp = bp0 + static_cast<size_t>(j) * N;
+      for (int n = 0; n < N; ++n) bp[n] *= d;
     }
     gA[h] += sum_a;
     gD[h] += sum_d;
@@ -405,15 +441,15 @@ void ssd_backward(const KernelContext& ctx, const float* x, int ld_x, const floa
   float* gD = zeroed(frame, static_cast<size_t>(nh));
   float* dBp = frame.take(static_cast<size_t>(nh) * chunk * N);
   float* dCp = frame.take(static_cast<size_t>(nh) * chunk * N);
-  const size_t states = (static_cast<size_t>(std::min(chunk, T)) + 1) * PN;
+  const size_t states = (static_cast<size_t>(std::min(chunk, T)) + 1) * kSsdRows * N;
   for (int c = n_chunks - 1; c >= 0; --c) {
     const int c0 = c * chunk, Q = std::min(chunk, T - c0);
     parallel(ctx, static_cast<size_t>(nh), 1, [&](size_t b, size_t e) {
-      ScratchFrame body(ctx);  // a chunk's states, then tb, tc
-      float* Ss = body.take(states + 2 * static_cast<size_t>(N));
+      ScratchFrame body(ctx);  // a row block's states over the chunk, then the per-step sums
+      float* Ss = body.take(states + 2 * static_cast<size_t>(chunk));
       ssdb_chunk_loops_dispatch(x, ld_x, dt, A, B, C, ld_bc, D, dims, chunk, dy, dx, ld_dx, ddt,
                                 ckpt + static_cast<size_t>(c) * nh * PN, gS, gA, gD, dBp, dCp, c0, Q, b, e, Ss,
-                                Ss + states, Ss + states + N);
+                                Ss + states, Ss + states + chunk);
     });
     // The chunk's dB, dC rows: each group's heads' partials added in head order.
     parallel(ctx, static_cast<size_t>(Q), 8, [&](size_t jb, size_t je) {
@@ -473,7 +509,7 @@ ScratchNeed scan_backward_scratch(const KernelLimits& lim) {
     const size_t P = static_cast<size_t>(lim.head_dim), nh = (I + P - 1) / P;
     const size_t lo = static_cast<size_t>(std::max(1, lim.ssd_chunk_min > 0 ? lim.ssd_chunk_min : lim.ssd_chunk));
     const size_t hi = static_cast<size_t>(lim.ssd_chunk);
-    const size_t worker = R::rounded((std::min(hi, T) + 1) * P * N + 2 * N);
+    const size_t worker = R::rounded((std::min(hi, T) + 1) * kSsdRows * N + 2 * hi);
     const size_t caller = R::rounded(((T + lo - 1) / lo) * nh * P * N) + R::rounded(nh * P * N) + 2 * R::rounded(nh) +
                           2 * R::rounded(nh * hi * N);
     need = most(need, {caller + worker, worker});
