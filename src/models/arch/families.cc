@@ -68,6 +68,15 @@ int read_expanded(const JsonKeys& k, const char* key, int hidden) {
   return static_cast<int>(expand * hidden);
 }
 
+int read_dt_rank(const JsonKeys& k, const char* key, int hidden) {
+  const int automatic = (hidden + 15) / 16;
+  if (k.has(key) && k.raw(key).is_string()) {
+    if (k.string(key, "auto") != "auto") k.fail(key, "expected an integer or \"auto\"");
+    return automatic;
+  }
+  return k.positive(key, automatic);
+}
+
 int rotary_dims(const JsonKeys& k, const char* key, double factor, int head_dim) {
   if (!(factor >= 0 && factor <= 1)) k.fail(key, "must be in [0, 1]");
   const int dims = static_cast<int>(factor * head_dim);

@@ -80,6 +80,9 @@ void add_layers(HybridConfig& c, const std::vector<bool>& attn_layer, const Bloc
 // d_inner = <key> x hidden (the Mamba expand factor, default 2), checked to lie in [1, 2^22].
 int read_expanded(const JsonKeys& k, const char* key, int hidden);
 
+// Mamba-1's dt rank: a positive integer or "auto" (absent too), which is ceil(hidden / 16).
+int read_dt_rank(const JsonKeys& k, const char* key, int hidden);
+
 // Qwen3-Next and Qwen3.5 (qwen3_next.cc): their text model's keys, read with these defaults.
 struct Qwen3HybridOptions {
   CommonDefaults common;

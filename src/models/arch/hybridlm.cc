@@ -54,9 +54,7 @@ HybridConfig parse_hybridlm(const JsonKeys& k, NormGrouping mamba2_norm) {
   m1.d_inner = d_inner;
   m1.d_state = ssm.positive("d_state", 16, 4096);
   m1.d_conv = ssm.positive("d_conv", 4, 64);
-  m1.dt_rank = ssm.has("dt_rank") && ssm.raw("dt_rank").is_string() ? (H + 15) / 16 : ssm.positive("dt_rank", (H + 15) / 16);
-  if (ssm.has("dt_rank") && ssm.raw("dt_rank").is_string() && ssm.string("dt_rank", "auto") != "auto")
-    ssm.fail("dt_rank", "expected an integer or \"auto\"");
+  m1.dt_rank = read_dt_rank(ssm, "dt_rank", H);
   m1.conv_bias = ssm.boolean("conv_bias", true);
   m1.proj_bias = ssm.boolean("proj_bias", false);
   Mamba2Spec m2;

@@ -16,12 +16,7 @@ static HybridConfig parse_mamba_common(const JsonKeys& k, bool falcon) {
   m.d_inner = k.positive("intermediate_size", read_expanded(k, "expand", c.d_model));
   m.d_state = k.positive("state_size", 16, 4096);
   m.d_conv = k.positive("conv_kernel", 4, 64);
-  if (k.has("time_step_rank") && k.raw("time_step_rank").is_string()) {
-    if (k.string("time_step_rank", "auto") != "auto") k.fail("time_step_rank", "expected an integer or \"auto\"");
-    m.dt_rank = (c.d_model + 15) / 16;
-  } else {
-    m.dt_rank = k.positive("time_step_rank", (c.d_model + 15) / 16);
-  }
+  m.dt_rank = read_dt_rank(k, "time_step_rank", c.d_model);
   m.proj_bias = k.boolean("use_bias", false);
   m.conv_bias = k.boolean("use_conv_bias", true);
   m.dt_bc_rms = falcon;

@@ -54,12 +54,7 @@ HybridConfig parse_zamba(const JsonKeys& k, NormGrouping) {
   m.in_proj_interleaved = true;
   m.d_state = k.positive("mamba_d_state", 16, 4096);
   m.d_conv = k.positive("mamba_d_conv", 4, 64);
-  if (k.has("mamba_dt_rank") && k.raw("mamba_dt_rank").is_string()) {
-    if (k.string("mamba_dt_rank", "auto") != "auto") k.fail("mamba_dt_rank", "expected an integer or \"auto\"");
-    m.dt_rank = (H + 15) / 16;
-  } else {
-    m.dt_rank = k.positive("mamba_dt_rank", (H + 15) / 16, 1 << 16);
-  }
+  m.dt_rank = read_dt_rank(k, "mamba_dt_rank", H);
   m.conv_bias = k.boolean("mamba_conv_bias", true);
   m.proj_bias = k.boolean("mamba_proj_bias", false);
 
