@@ -68,7 +68,7 @@ struct TrainModel::Layer {
   std::vector<float> proj, conv, dbc, dtl, dt_raw, dt, y, g, A;  // SSM mixers (m2d: dt the log-decay)
   std::vector<float> zg;                                         // m2d: z + z_bias
   std::vector<float> q_pre, k_pre, qa, ka, va, att;   // attention (q, k after norm and RoPE)
-  std::vector<float> a, b, m;                         // MLP
+  std::vector<float> a, b, m;                         // MLP (gated: a = [gate | up] rows)
 };
 
 TrainModel::TrainModel(HybridConfig cfg, const KernelTable& ops, ThreadPool* pool)
@@ -180,6 +180,9 @@ void TrainModel::build_tensors() {
       L->gate = get(b.names.ffn + b.ffn.mlp.gate + ".weight");
       L->up = get(b.names.ffn + b.ffn.mlp.up + ".weight");
       L->down = get(b.names.ffn + b.ffn.mlp.down + ".weight");
+      if (b.ffn.mlp.gated)  // mlp_forward's one product of both (Model::tensors lists gate, then up)
+        check(L->up.p == L->gate.p + static_cast<size_t>(b.ffn.mlp.d_ff) * cfg_.d_model,
+              "training: layer ", i, "'s MLP gate and up weights are not adjacent");
     }
   }
 }
@@ -607,18 +610,21 @@ void attention_backward(const Pass& P, TrainModel::Layer& L, const float* u, con
   add_into(du, tmp, M * P.H);
 }
 
+// A gated MLP's gate and up weights lie next to each other in the parameter buffer, gate first
+// (build_tensors checks it), and so do their gradients: one (2F, H) product computes both,
+// a: (M, 2F) = [u gate^T | u up^T], and one backward product gives du and both dW.
 void mlp_forward(const Pass& P, TrainModel::Layer& L, const float* u, float* out) {
   const MlpSpec& s = L.spec->ffn.mlp;
   const KernelContext& ctx = P.ctx;
   const int F = s.d_ff, Mi = static_cast<int>(P.M());
-  float* b = sized(L.b, P.M() * F);
   float* m = sized(L.m, P.M() * F);
-  ctx.ops->matmul_train(ctx, view(L.up.p, F, P.H), nullptr, u, Mi, b);
   if (s.gated) {
-    float* a = sized(L.a, P.M() * F);
-    ctx.ops->matmul_train(ctx, view(L.gate.p, F, P.H), nullptr, u, Mi, a);
-    ctx.ops->activation(ctx, s.act, a, b, F, Mi, F, m);
+    float* a = sized(L.a, P.M() * 2 * F);
+    ctx.ops->matmul_train(ctx, view(L.gate.p, 2 * F, P.H), nullptr, u, Mi, a);
+    ctx.ops->activation(ctx, s.act, a, a + F, 2 * F, Mi, F, m);
   } else {
+    float* b = sized(L.b, P.M() * F);
+    ctx.ops->matmul_train(ctx, view(L.up.p, F, P.H), nullptr, u, Mi, b);
     ctx.ops->activation(ctx, s.act, b, nullptr, F, Mi, F, m);
   }
   ctx.ops->matmul_train(ctx, view(L.down.p, P.H, F), nullptr, m, Mi, out);
@@ -630,16 +636,13 @@ void mlp_backward(const Pass& P, TrainModel::Layer& L, const float* u, const flo
   const int F = s.d_ff, Mi = static_cast<int>(P.M());
   // Every kernel writes these whole (ops.inc), so they are not cleared.
   float* dm = P.ws.get(0, P.M() * F);
-  float* db = P.ws.get(1, P.M() * F);
   ctx.ops->matmul_backward(ctx, view(L.down.p, P.H, F), L.m.data(), dout, Mi, dm, L.down.g, nullptr);
   if (s.gated) {
-    float* da = P.ws.get(2, P.M() * F);
-    float* tmp = P.ws.get(3, P.M() * P.H);
-    ctx.ops->activation_backward(ctx, s.act, L.a.data(), L.b.data(), F, Mi, F, dm, da, db);
-    ctx.ops->matmul_backward(ctx, view(L.gate.p, F, P.H), u, da, Mi, du, L.gate.g, nullptr);
-    ctx.ops->matmul_backward(ctx, view(L.up.p, F, P.H), u, db, Mi, tmp, L.up.g, nullptr);
-    add_into(du, tmp, P.M() * P.H);
+    float* da = P.ws.get(1, P.M() * 2 * F);  // [dgate | dup] rows, as a
+    ctx.ops->activation_backward(ctx, s.act, L.a.data(), L.a.data() + F, 2 * F, Mi, F, dm, da, da + F);
+    ctx.ops->matmul_backward(ctx, view(L.gate.p, 2 * F, P.H), u, da, Mi, du, L.gate.g, nullptr);
   } else {
+    float* db = P.ws.get(1, P.M() * F);
     ctx.ops->activation_backward(ctx, s.act, L.b.data(), nullptr, F, Mi, F, dm, db, nullptr);
     ctx.ops->matmul_backward(ctx, view(L.up.p, F, P.H), u, db, Mi, du, L.up.g, nullptr);
   }
