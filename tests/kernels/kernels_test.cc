@@ -1569,6 +1569,24 @@ TEST_F(Kernels, DeclaredScratchCoversTheKernelsAtTheirLimits) {
     EXPECT_EQ(y_a, y_b) << steps;
     EXPECT_EQ(S_a, S_b) << steps;
   }
+  {  // The fused Mamba-2 decode step (the same conv and step, in its own region).
+    const std::vector<float> zxbcdt = randv(static_cast<size_t>(I) + conv_c + dm.n_heads), nw = randv(I);
+    const std::vector<float> dt_bias(dm.n_heads, -1.0f);
+    Mamba2StepParams p;
+    p.dims = dm, p.conv_w = cw.data(), p.d_conv = conv_k, p.dt_bias = dt_bias.data(), p.dt_max = 1e9f;
+    p.A = A.data(), p.D = D.data(), p.norm_w = nw.data(), p.norm_group = I / dm.n_groups, p.norm_eps = 1e-5f;
+    std::vector<float> cs_a(static_cast<size_t>(conv_k - 1) * conv_c, 0.5f), cs_b = cs_a;
+    std::vector<float> S_a(static_cast<size_t>(I) * dm.d_state, 0.0f), S_b = S_a;
+    std::vector<float> xbc_a(conv_c), xbc_b(conv_c), dt_a(dm.n_heads), dt_b(dm.n_heads);
+    std::vector<float> y_a(I), y_b(I), g_a(I), g_b(I);
+    cpu::mamba2_step(arena_ctx, p, zxbcdt.data(), cs_a.data(), S_a.data(), xbc_a.data(), dt_a.data(), y_a.data(),
+                     g_a.data());
+    cpu::mamba2_step(alloc_ctx, p, zxbcdt.data(), cs_b.data(), S_b.data(), xbc_b.data(), dt_b.data(), y_b.data(),
+                     g_b.data());
+    EXPECT_EQ(g_a, g_b);
+    EXPECT_EQ(S_a, S_b);
+    EXPECT_EQ(cs_a, cs_b);
+  }
 
   // Mamba-1: channels = the SSD's x width, the same d_state, from the same limits.
   const std::vector<float> z = randv(static_cast<size_t>(T) * I);
