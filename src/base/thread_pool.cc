@@ -95,6 +95,7 @@ void ThreadPool::parallel_for(size_t n, FunctionRef<void(size_t, size_t)> fn, si
     fn(0, n);
     return;
   }
+  regions_.store(regions_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   job_ = &fn;
   job_n_ = n;
   job_chunks_ = chunks;

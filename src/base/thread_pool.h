@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <exception>
 #include <cstddef>
+#include <cstdint>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -33,6 +34,10 @@ class ThreadPool {
   // other thread (the one that calls parallel_for takes part as thread 0). Per-thread scratch
   // (kernels/scratch.h) is indexed by it.
   static int thread_index();
+  // Parallel regions run so far: calls of parallel_for that woke the workers (a call whose range
+  // fits one thread runs inline and is not counted). A decode step's count of these is its fixed
+  // cost in wake-ups and joins (hybridlm bench reports it per step). Written by the caller only.
+  uint64_t regions() const { return regions_.load(std::memory_order_relaxed); }
 
  private:
   void worker(int index);
@@ -48,6 +53,7 @@ class ThreadPool {
   std::mutex mu_;
   std::condition_variable cv_;
   std::atomic<int> sleepers_{0};
+  std::atomic<uint64_t> regions_{0};
   std::mutex error_mu_;
   std::exception_ptr error_;
 };

@@ -104,6 +104,22 @@ struct SsdDims {
   int d_state = 0;   // N
 };
 
+// One Mamba-2 layer's constants for its fused decode step (mamba2_step). The conv runs over
+// conv_dim = I + 2 G N channels (x, then B, then C), I = n_heads * head_dim.
+struct Mamba2StepParams {
+  SsdDims dims;
+  const float* conv_w = nullptr;   // (conv_dim, K)
+  const float* conv_b = nullptr;   // (conv_dim) or null
+  int d_conv = 0;                  // K
+  const float* dt_bias = nullptr;  // (nh)
+  float dt_min = 0, dt_max = 0;    // dt's clamp (time_step_limit)
+  const float* A = nullptr;        // (nh) = -exp(A_log)
+  const float* D = nullptr;        // (nh)
+  const float* norm_w = nullptr;   // (I): the gated RMSNorm's weight
+  int norm_group = 0;              // channels per norm group (I / G, or I ungrouped)
+  float norm_eps = 0;
+};
+
 // Per-layer gated DeltaNet dims used by the gated delta rule kernels.
 struct GdnDims {
   int n_k_heads = 0;  // nk (query and key heads)
@@ -192,7 +208,7 @@ const char* active_path();
 namespace hybridlm {
 
 // One implementation of every op in ops.inc, as function pointers. The two state storages of
-// ssd_step and mamba1_scan (overloads in ops.inc) are two entries here, the bf16 one suffixed.
+// ssd_step, mamba2_step and mamba1_scan (overloads in ops.inc) are two entries here, the bf16 one suffixed.
 struct KernelTable {
   const char* name;  // "ref", "cpu"
   ScratchNeed (*scratch_floats)(const KernelLimits&);
@@ -210,6 +226,10 @@ struct KernelTable {
                    const float*, const SsdDims&, float*, float*);
   void (*ssd_step_bf16)(const KernelContext&, const float*, const float*, const float*, const float*,
                         const float*, const float*, const SsdDims&, uint16_t*, float*);
+  void (*mamba2_step)(const KernelContext&, const Mamba2StepParams&, const float*, float*, float*, float*, float*,
+                      float*, float*);
+  void (*mamba2_step_bf16)(const KernelContext&, const Mamba2StepParams&, const float*, float*, uint16_t*, float*,
+                           float*, float*, float*);
   decltype(&ref::ssd_scan_discrete) ssd_scan_discrete;
   decltype(&ref::ssd_step_discrete) ssd_step_discrete;
   decltype(&ref::gated_delta_scan) gated_delta_scan;

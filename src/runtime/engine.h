@@ -57,6 +57,8 @@ class Engine {
   const HybridCache& cache() const { return *cache_; }
   int vocab_size() const { return model_.config().vocab_size; }
   int threads() const { return pool_.size(); }
+  // Parallel regions the engine's thread pool has run so far (ThreadPool::regions).
+  uint64_t parallel_regions() const { return pool_.regions(); }
   const KernelTable& kernels() const { return *ctx_.ops; }
   // With EngineOptions::mlock: whether locking succeeded ("" if so, else the reason).
   const std::string& mlock_error() const { return mlock_error_; }

@@ -2,6 +2,7 @@
 // each output; and the ref SSD (chunked form) against an independent float64 sequential recurrence.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <complex>
 #include <cstdio>
@@ -959,6 +960,83 @@ TEST_F(Kernels, SsdStepBf16RoundingOfSubnormalsAndNaN) {
   EXPECT_GT(subnormal, sn / 4) << "the case should exercise subnormal states";
 }
 
+// The fused Mamba-2 decode step against the separate ops it replaces (the cpu ones: bitwise, for
+// f32 and bf16 state, conv with K = 4 (the AVX-512 decode conv) and K = 3 (the portable loop),
+// grouped and whole-row norms, dt clamped at both ends), and the cpu step against the ref step.
+TEST_F(Kernels, Mamba2StepIsTheSeparateOpsBitwise) {
+  for (const SsdDims& dm : kStepShapes) {
+    for (int K : {4, 3}) {
+      const int nhP = dm.n_heads * dm.head_dim, GN = dm.n_groups * dm.d_state, C = nhP + 2 * GN;
+      const int W = nhP + C + dm.n_heads;
+      for (int group : {nhP, nhP / dm.n_groups}) {
+        SCOPED_TRACE("nh=" + std::to_string(dm.n_heads) + " N=" + std::to_string(dm.d_state) +
+                     " K=" + std::to_string(K) + " group=" + std::to_string(group));
+        const auto zxbcdt = randn(W, 60), conv_w = randn(static_cast<size_t>(C) * K, 61, 0.5f);
+        const auto conv_b = randn(C, 62);
+        auto dt_bias = uniform(dm.n_heads, 63, -3.0f, 0.5f);
+        dt_bias[0] = -10.0f, dt_bias[1] = 5.0f;  // below dt_min and above dt_max
+        const auto A = uniform(dm.n_heads, 64, -4.0f, -0.2f), D = randn(dm.n_heads, 65);
+        const auto norm_w = randn(nhP, 66), conv0 = randn(static_cast<size_t>(K - 1) * C, 67);
+        const size_t sn = static_cast<size_t>(nhP) * dm.d_state;
+        const auto S0 = randn(sn, 68, 0.5f);
+        Mamba2StepParams p;
+        p.dims = dm;
+        p.conv_w = conv_w.data(), p.conv_b = group == nhP ? conv_b.data() : nullptr, p.d_conv = K;
+        p.dt_bias = dt_bias.data(), p.dt_min = 0.05f, p.dt_max = 0.5f;
+        p.A = A.data(), p.D = D.data(), p.norm_w = norm_w.data(), p.norm_group = group, p.norm_eps = 1e-5f;
+        // The separate ops, as mamba2_forward runs them for a prompt.
+        auto separate = [&](auto* S, std::vector<float>& conv, std::vector<float>& xbc, std::vector<float>& dt,
+                            std::vector<float>& y, std::vector<float>& out) {
+          cpu::conv1d_causal(ctx, zxbcdt.data() + nhP, W, p.conv_w, p.conv_b, conv.data(), 1, C, K, true, xbc.data());
+          for (int h = 0; h < dm.n_heads; ++h) dt[h] = zxbcdt[nhP + C + h] + p.dt_bias[h];
+          cpu::softplus(ctx, dt.data(), dt.size());
+          for (float& v : dt) v = std::clamp(v, p.dt_min, p.dt_max);
+          cpu::ssd_step(ctx, xbc.data(), dt.data(), p.A, xbc.data() + nhP, xbc.data() + nhP + GN, p.D, dm, S, y.data());
+          cpu::gated_rmsnorm(ctx, y.data(), zxbcdt.data(), W, p.norm_w, 1, nhP, group, p.norm_eps, out.data());
+        };
+        struct Result {
+          std::vector<float> conv, xbc, dt, y, out;
+        };
+        auto fresh = [&](const std::vector<float>& conv) {
+          return Result{conv, std::vector<float>(C), std::vector<float>(dm.n_heads), std::vector<float>(nhP),
+                        std::vector<float>(nhP)};
+        };
+        Result a = fresh(conv0), b = fresh(conv0), r = fresh(conv0);
+        auto Sa = S0, Sb = S0, Sr = S0;
+        separate(Sa.data(), a.conv, a.xbc, a.dt, a.y, a.out);
+        cpu::mamba2_step(ctx, p, zxbcdt.data(), b.conv.data(), Sb.data(), b.xbc.data(), b.dt.data(), b.y.data(),
+                         b.out.data());
+        ref::mamba2_step(ref_ctx, p, zxbcdt.data(), r.conv.data(), Sr.data(), r.xbc.data(), r.dt.data(), r.y.data(),
+                         r.out.data());
+        EXPECT_EQ(b.conv, a.conv);
+        EXPECT_EQ(b.xbc, a.xbc);
+        EXPECT_EQ(b.dt, a.dt);
+        EXPECT_EQ(Sb, Sa);
+        EXPECT_EQ(b.y, a.y);
+        EXPECT_EQ(b.out, a.out);
+        EXPECT_TRUE(std::any_of(b.dt.begin(), b.dt.end(), [&](float v) { return v == p.dt_min; }));
+        EXPECT_TRUE(std::any_of(b.dt.begin(), b.dt.end(), [&](float v) { return v == p.dt_max; }));
+        EXPECT_EQ(b.conv, r.conv);
+        EXPECT_LT(rel_err(b.xbc.data(), r.xbc.data(), C), tol::kConv);
+        EXPECT_LT(rel_err(b.y.data(), r.y.data(), nhP), tol::kSsdScan);
+        EXPECT_LT(rel_err(Sb.data(), Sr.data(), sn), tol::kSsdScan);
+        EXPECT_LT(rel_err(b.out.data(), r.out.data(), nhP), tol::kSsdScan);
+        // bf16 state: the separate ops on bf16 storage, bitwise too.
+        const std::vector<uint16_t> S16 = to_bf16(S0);
+        auto Sa16 = S16, Sb16 = S16;
+        Result a16 = fresh(conv0), b16 = fresh(conv0);
+        separate(Sa16.data(), a16.conv, a16.xbc, a16.dt, a16.y, a16.out);
+        cpu::mamba2_step(ctx, p, zxbcdt.data(), b16.conv.data(), Sb16.data(), b16.xbc.data(), b16.dt.data(),
+                         b16.y.data(), b16.out.data());
+        EXPECT_EQ(Sb16, Sa16);
+        EXPECT_NE(Sb16, S16) << "the state should advance";
+        EXPECT_EQ(b16.y, a16.y);
+        EXPECT_EQ(b16.out, a16.out);
+      }
+    }
+  }
+}
+
 TEST_F(Kernels, Mamba1ScanOnBf16StateIsTheF32ScanRounded) {
   for (int N : {16, 12}) {
     for (int T : {1, 9}) {
@@ -1490,6 +1568,24 @@ TEST_F(Kernels, DeclaredScratchCoversTheKernelsAtTheirLimits) {
     }
     EXPECT_EQ(y_a, y_b) << steps;
     EXPECT_EQ(S_a, S_b) << steps;
+  }
+  {  // The fused Mamba-2 decode step (the same conv and step, in its own region).
+    const std::vector<float> zxbcdt = randv(static_cast<size_t>(I) + conv_c + dm.n_heads), nw = randv(I);
+    const std::vector<float> dt_bias(dm.n_heads, -1.0f);
+    Mamba2StepParams p;
+    p.dims = dm, p.conv_w = cw.data(), p.d_conv = conv_k, p.dt_bias = dt_bias.data(), p.dt_max = 1e9f;
+    p.A = A.data(), p.D = D.data(), p.norm_w = nw.data(), p.norm_group = I / dm.n_groups, p.norm_eps = 1e-5f;
+    std::vector<float> cs_a(static_cast<size_t>(conv_k - 1) * conv_c, 0.5f), cs_b = cs_a;
+    std::vector<float> S_a(static_cast<size_t>(I) * dm.d_state, 0.0f), S_b = S_a;
+    std::vector<float> xbc_a(conv_c), xbc_b(conv_c), dt_a(dm.n_heads), dt_b(dm.n_heads);
+    std::vector<float> y_a(I), y_b(I), g_a(I), g_b(I);
+    cpu::mamba2_step(arena_ctx, p, zxbcdt.data(), cs_a.data(), S_a.data(), xbc_a.data(), dt_a.data(), y_a.data(),
+                     g_a.data());
+    cpu::mamba2_step(alloc_ctx, p, zxbcdt.data(), cs_b.data(), S_b.data(), xbc_b.data(), dt_b.data(), y_b.data(),
+                     g_b.data());
+    EXPECT_EQ(g_a, g_b);
+    EXPECT_EQ(S_a, S_b);
+    EXPECT_EQ(cs_a, cs_b);
   }
 
   // Mamba-1: channels = the SSD's x width, the same d_state, from the same limits.

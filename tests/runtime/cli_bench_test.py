@@ -38,6 +38,11 @@ check("sweep: the cross product of -p, -n, -t and --batch, in order",
 check("sweep: n_prompt and n_gen say which test a row is",
       all((r["n_prompt"], r["n_gen"]) == ((int(r["test"][2:]), 0) if r["test"].startswith("pp")
                                           else (0, int(r["test"][2:]))) for r in rows) and rows, text)
+# Parallel regions per decode step: none on one thread (every call runs inline), some on two.
+tg = [r for r in rows if r["test"].startswith("tg")]
+check("sweep: tg rows count the thread pool's parallel regions per step",
+      tg and all((r["parallel_regions_per_step"] == 0) == (r["threads"] == 1) for r in tg) and
+      not any("parallel_regions_per_step" in r for r in rows if r["test"].startswith("pp")), text)
 rc, rows, text = bench_rows("-p", "0", "-n", "2", "--batch", "1,3", "-t", "1", *FAST)
 check("-p 0 skips the pp tests", rc == 0 and [(r["test"], r["batch"]) for r in rows] == [("tg2", 1), ("tg2", 3)], text)
 rc, rows, text = bench_rows("-p", "8,0,4", "-n", "0", "-t", "1", *FAST)

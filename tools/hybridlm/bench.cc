@@ -312,6 +312,7 @@ struct Row {
   double rate = 0;             // pp: GFLOP/s (GOP/s at q8_0); tg: GB/s of weights
   double rate_with_state = 0;  // tg: GB/s of weights + every sequence's state read and written
   double bytes_per_step = 0, bytes_with_state = 0;  // tg: what those rates count per step
+  double regions_per_step = 0;  // tg: thread-pool parallel regions per decode step (wake-up + join each)
   Peaks peaks;
   double peak_rss = 0;  // this process's peak RSS after the test
   bool pp() const { return n_prompt > 0; }
@@ -344,6 +345,7 @@ std::vector<Field> fields_of(const RunInfo& in, const Row& r, bool probe) {
       {"gflops", pp ? fixed(r.rate, 2) : ""},
       {"gbps", pp ? "" : fixed(r.rate, 2)},
       {"gbps_with_state", pp ? "" : fixed(r.rate_with_state, 2)},
+      {"parallel_regions_per_step", pp ? "" : fixed(r.regions_per_step, 1)},
   };
   if (probe) {
     f.push_back({"peak_gflops", pp ? fixed(r.peaks.compute, 2) : ""});
@@ -423,6 +425,7 @@ class Report {
     if (over_probe_)
       std::printf("‡ above 100%%: the test outpaced the peak its probe measured at the start of the run; on a shared "
                   "host a single probe swings widely (docs/benchmarks.md)\n");
+    for (const std::string& line : regions_) std::printf("%s\n", line.c_str());
     std::printf("state per sequence: %s at %s (read and written once per decode step)\n",
                 format_bytes(in.state_bytes).c_str(), in.state_dtype.c_str());
     if (in.kv_dtype != "none")
@@ -478,6 +481,9 @@ class Report {
                 format_bytes(in.weight_bytes).c_str(), format_count(in.params).c_str(), in.family.c_str(),
                 in.dtype.c_str(), r.threads, r.batch, r.test().c_str(), r.tps.mean, r.tps.sd, r.rate,
                 pp ? (in.q8 ? "GOP/s" : "GFLOP/s") : "GB/s", of_peak.c_str(), with_state.c_str());
+    if (!pp)
+      regions_.push_back("parallel regions per decode step (" + std::to_string(r.threads) + " threads, batch " +
+                         std::to_string(r.batch) + "): " + fixed(r.regions_per_step, 1));
   }
 
   BenchOutput out_;
@@ -487,6 +493,7 @@ class Report {
   bool q8_ = false;
   int rows_ = 0;
   bool in_cache_ = false, over_probe_ = false;  // which footnotes the table needs
+  std::vector<std::string> regions_;             // tg rows' parallel regions per step, after the table
 };
 
 // The sizes of a sweep without its 0s (-p 0: no pp tests).
@@ -627,6 +634,7 @@ int run_bench(const BenchOptions& o) {
         row.bytes_per_step = info.weight_bytes;
         row.bytes_with_state = info.weight_bytes + 2.0 * info.state_bytes * batch;
         std::vector<double> tps, rate, rate_state;
+        uint64_t regions = 0;
         for (int r = 0; r < o.reps + 1; ++r) {
           std::vector<int> slots;
           std::vector<BatchRun> runs;
@@ -637,6 +645,7 @@ int run_bench(const BenchOptions& o) {
             logit_rows.push_back(b);
           }
           std::vector<int32_t> toks = random_ids(batch);
+          const uint64_t regions0 = engine.parallel_regions();
           const auto t0 = Clock::now();
           for (int step = 0; step < n; ++step) {
             std::span<const float> l = engine.step(toks, runs, logit_rows);
@@ -646,6 +655,7 @@ int run_bench(const BenchOptions& o) {
             }
           }
           const double dt = seconds_since(t0);
+          regions = engine.parallel_regions() - regions0;  // the same every repetition
           for (int s : slots) engine.free_sequence(s);
           if (r == 0) continue;
           tps.push_back(static_cast<double>(batch) * n / dt);
@@ -655,6 +665,7 @@ int run_bench(const BenchOptions& o) {
         row.tps = stat_of(tps);
         row.rate = stat_of(rate).mean;
         row.rate_with_state = stat_of(rate_state).mean;
+        row.regions_per_step = static_cast<double>(regions) / n;
         row.peak_rss = peak_rss_bytes();
         report.row(info, row);
       }

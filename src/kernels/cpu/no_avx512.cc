@@ -72,6 +72,18 @@ ScratchNeed gemm_strided_scratch(int, int) { return {}; }
 
 void exp_avx512(const float*, size_t, float*) { unreachable("exp_avx512"); }
 
+void ssd_step_avx512_heads(const float*, const float*, const float*, const float*, const float*, const float*,
+                           const SsdDims&, float*, float*, size_t, size_t) {
+  unreachable("ssd_step_avx512_heads");
+}
+void ssd_step_avx512_heads(const float*, const float*, const float*, const float*, const float*, const float*,
+                           const SsdDims&, uint16_t*, float*, size_t, size_t) {
+  unreachable("ssd_step_avx512_heads");
+}
+void conv4_step_avx512_channels(const float*, const float*, const float*, float*, int, bool, float*, size_t, size_t) {
+  unreachable("conv4_step_avx512_channels");
+}
+
 void gemm_lanes_avx512(const KernelContext&, const WeightView&, const float*, const float*, int, float*) {
   unreachable("gemm_lanes_avx512");
 }

@@ -33,21 +33,29 @@ HYBRIDLM_INLINE void rmsnorm_rows(const float* x, const float* w, int d, float e
 HYBRIDLM_SIMD_VARIANTS(rmsnorm, rmsnorm_rows)
 
 // ---- gated RMSNorm (gate, then norm per group) -------------------------------------------------
+// The two halves of a row, also run apart by the fused Mamba-2 step (the gate per head in its
+// region, the norm after it): o[i] = y[i] silu(z[i]) over [b, e); then o[i] *= w[i] / rms(group).
+HYBRIDLM_INLINE void gate_range(const float* y, const float* z, float* o, size_t b, size_t e) {
+  for (size_t i = b; i < e; ++i) o[i] = y[i] * vsilu(z[i]);
+}
+HYBRIDLM_INLINE void group_norm_row(float* o, const float* w, int d, int gs, float eps) {
+  for (int g0 = 0; g0 < d; g0 += gs) {
+    const float ss = vdot(o + g0, o + g0, gs);
+    const float inv = 1.0f / std::sqrt(ss / gs + eps);
+    for (int i = g0; i < g0 + gs; ++i) o[i] = o[i] * inv * w[i];
+  }
+}
 HYBRIDLM_INLINE void gated_rows(const float* y, const float* z, int ld_z, const float* w, int d,
                                 int gs, float eps, float* out, size_t tb, size_t te) {
   for (size_t t = tb; t < te; ++t) {
     float* o = out + t * d;
-    const float* yr = y + t * d;
-    const float* zr = z + t * ld_z;
-    for (int i = 0; i < d; ++i) o[i] = yr[i] * vsilu(zr[i]);
-    for (int g0 = 0; g0 < d; g0 += gs) {
-      const float ss = vdot(o + g0, o + g0, gs);
-      const float inv = 1.0f / std::sqrt(ss / gs + eps);
-      for (int i = g0; i < g0 + gs; ++i) o[i] = o[i] * inv * w[i];
-    }
+    gate_range(y + t * d, z + t * ld_z, o, 0, static_cast<size_t>(d));
+    group_norm_row(o, w, d, gs, eps);
   }
 }
 HYBRIDLM_SIMD_VARIANTS(gated, gated_rows)
+HYBRIDLM_SIMD_VARIANTS(gate, gate_range)
+HYBRIDLM_SIMD_VARIANTS(group_norm, group_norm_row)
 
 // ---- causal depthwise conv ---------------------------------------------------------------------
 // For channels [cb, ce): out[t, c] = sum_k w[c, k] * in(t - (K-1) + k, c), where in(j < 0) comes
@@ -221,6 +229,17 @@ HYBRIDLM_INLINE void softplus_range(float* x, size_t b, size_t e) {
 }
 HYBRIDLM_SIMD_VARIANTS(softplus, softplus_range)
 
+// ---- Mamba-2 decode dt over heads [b, e): clamp(softplus(raw + bias)) --------------------------
+// raw + bias rounded first, as mamba2's separate ops do.
+HYBRIDLM_INLINE void m2_dt_range(const float* raw, const float* bias, float lo, float hi, float* dt, size_t b,
+                                 size_t e) {
+  for (size_t h = b; h < e; ++h) {
+    const float v = raw[h] + bias[h];
+    dt[h] = std::clamp(vsoftplus(v), lo, hi);
+  }
+}
+HYBRIDLM_SIMD_VARIANTS(m2_dt, m2_dt_range)
+
 // ---- Mamba-2 single step over heads [hb, he) ---------------------------------------------------
 // One pass over the state: each row (h, p) is read, decayed and updated, dotted with C, and written
 // back. With bf16 storage the updated row is kept in f32 for the dot and rounded once on the way out.
@@ -362,6 +381,59 @@ void ssd_step(const KernelContext& ctx, const float* x, const float* dt, const f
 void ssd_step(const KernelContext& ctx, const float* x, const float* dt, const float* A, const float* B,
               const float* C, const float* D, const SsdDims& dims, uint16_t* S, float* y) {
   step_any(ctx, x, dt, A, B, C, D, dims, S, y);
+}
+
+namespace {
+// The fused Mamba-2 step: the conv of B and C (read by every head of a group) on the calling
+// thread, then one region over heads, each range doing its heads' x conv, dt, state step and gate
+// with the per-element code of the separate ops (so bitwise their result), then the norm's
+// per-group sums on the calling thread: one parallel region where the ops take two (conv, step).
+template <class St>
+void m2_step(const KernelContext& ctx, const Mamba2StepParams& p, const float* zxbcdt, float* conv_state, St* S,
+             float* xbc, float* dt, float* y, float* out) {
+  const SsdDims& dm = p.dims;
+  const int nh = dm.n_heads, P = dm.head_dim, N = dm.d_state, K = p.d_conv;
+  const size_t I = static_cast<size_t>(nh) * P, GN = static_cast<size_t>(dm.n_groups) * N, C = I + 2 * GN;
+  const float* z = zxbcdt;           // z: (I)
+  const float* x_in = zxbcdt + I;    // xBC: (C), before the conv
+  const float* dt_raw = x_in + C;    // dt: (nh), before softplus
+  const bool avx512 = simd_path() == SimdPath::Avx512;
+  const bool conv4 = avx512 && K == 4, step512 = avx512 && N % 16 == 0 && P % 4 == 0;
+  auto conv = [&](size_t cb, size_t ce) {  // conv1d_causal's T = 1 paths, channels [cb, ce)
+    if (conv4) {
+      conv4_step_avx512_channels(x_in, p.conv_w, p.conv_b, conv_state, static_cast<int>(C), true, xbc, cb, ce);
+      return;
+    }
+    ScratchFrame frame(ctx);
+    conv_dispatch(x_in, static_cast<int>(C), p.conv_w, p.conv_b, conv_state, 1, static_cast<int>(C), K, true, xbc, cb,
+                  ce, frame.take(conv_taps_floats(K, ce - cb)));
+  };
+  conv(I, C);  // B, C: (G N) each
+  const float* B = xbc + I;
+  const float* Cm = B + GN;
+  parallel(ctx, nh, 4, [&](size_t hb, size_t he) {
+    conv(hb * P, he * P);
+    m2_dt_dispatch(dt_raw, p.dt_bias, p.dt_min, p.dt_max, dt, hb, he);
+    if (step512) {
+      ssd_step_avx512_heads(xbc, dt, p.A, B, Cm, p.D, dm, S, y, hb, he);
+    } else {
+      ScratchFrame frame(ctx);
+      ssd_step_loops_dispatch(xbc, Mamba2Decay{dt, p.A}, B, Cm, p.D, dm, S, y, hb, he,
+                              frame.take(static_cast<size_t>(N)));
+    }
+    gate_dispatch(y, z, out, hb * P, he * P);
+  });
+  group_norm_dispatch(out, p.norm_w, static_cast<int>(I), p.norm_group, p.norm_eps);
+}
+}  // namespace
+
+void mamba2_step(const KernelContext& ctx, const Mamba2StepParams& p, const float* zxbcdt, float* conv_state, float* S,
+                 float* xbc, float* dt, float* y, float* out) {
+  m2_step(ctx, p, zxbcdt, conv_state, S, xbc, dt, y, out);
+}
+void mamba2_step(const KernelContext& ctx, const Mamba2StepParams& p, const float* zxbcdt, float* conv_state,
+                 uint16_t* S, float* xbc, float* dt, float* y, float* out) {
+  m2_step(ctx, p, zxbcdt, conv_state, S, xbc, dt, y, out);
 }
 
 void softplus(const KernelContext& ctx, float* x, size_t n) {

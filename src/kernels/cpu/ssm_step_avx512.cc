@@ -277,6 +277,19 @@ bool mamba1_step_avx512(const KernelContext& ctx, const float* x, const float* d
   return m1_step(ctx, x, dt, A, B, C, D, z, h, I, N, y);
 }
 
+void ssd_step_avx512_heads(const float* x, const float* dt, const float* A, const float* B, const float* C,
+                           const float* D, const SsdDims& dims, float* S, float* y, size_t hb, size_t he) {
+  step_heads(x, dt, A, B, C, D, dims, S, y, hb, he);
+}
+void ssd_step_avx512_heads(const float* x, const float* dt, const float* A, const float* B, const float* C,
+                           const float* D, const SsdDims& dims, uint16_t* S, float* y, size_t hb, size_t he) {
+  step_heads(x, dt, A, B, C, D, dims, S, y, hb, he);
+}
+void conv4_step_avx512_channels(const float* x, const float* w, const float* bias, float* state, int C, bool apply_silu,
+                                float* out, size_t cb, size_t ce) {
+  conv4_step_channels(x, w, bias, state, C, apply_silu, out, cb, ce);
+}
+
 bool conv_step_avx512(const KernelContext& ctx, const float* x, const float* w, const float* bias, float* state,
                       int C, int K, bool apply_silu, float* out) {
   if (K != 4) return false;

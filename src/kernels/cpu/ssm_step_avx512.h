@@ -17,6 +17,16 @@ bool ssd_step_avx512(const KernelContext& ctx, const float* x, const float* dt, 
 bool ssd_step_avx512(const KernelContext& ctx, const float* x, const float* dt, const float* A, const float* B,
                      const float* C, const float* D, const SsdDims& dims, uint16_t* S, float* y);
 
+// The thread-range bodies of ssd_step_avx512 (heads [hb, he)) and conv_step_avx512 (channels
+// [cb, ce) of the C in all), for the fused Mamba-2 step, which runs them in its own region. Each
+// needs what its whole-range version checks (d_state % 16 == 0 and head_dim % 4 == 0; K == 4).
+void ssd_step_avx512_heads(const float* x, const float* dt, const float* A, const float* B, const float* C,
+                           const float* D, const SsdDims& dims, float* S, float* y, size_t hb, size_t he);
+void ssd_step_avx512_heads(const float* x, const float* dt, const float* A, const float* B, const float* C,
+                           const float* D, const SsdDims& dims, uint16_t* S, float* y, size_t hb, size_t he);
+void conv4_step_avx512_channels(const float* x, const float* w, const float* bias, float* state, int C, bool apply_silu,
+                                float* out, size_t cb, size_t ce);
+
 // cpu::mamba1_scan's contract for T = 1, h f32 or bf16, alike up to
 // the rounding. Returns false, having done nothing, unless d_state is a multiple of 16.
 bool mamba1_step_avx512(const KernelContext& ctx, const float* x, const float* dt, const float* A, const float* B,

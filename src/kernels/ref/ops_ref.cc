@@ -365,6 +365,31 @@ void ssd_step(const KernelContext& ctx, const float* x, const float* dt, const f
   round_bf16(s, S);
 }
 
+namespace {
+// mamba2_step as the composition it is defined by, for either state storage.
+template <class St>
+void mamba2_step_composed(const KernelContext& ctx, const Mamba2StepParams& p, const float* zxbcdt, float* conv_state,
+                          St* S, float* xbc, float* dt, float* y, float* out) {
+  const SsdDims& dm = p.dims;
+  const int nh = dm.n_heads, I = nh * dm.head_dim, GN = dm.n_groups * dm.d_state, C = I + 2 * GN;
+  conv1d_causal(ctx, zxbcdt + I, C, p.conv_w, p.conv_b, conv_state, 1, C, p.d_conv, true, xbc);
+  for (int h = 0; h < nh; ++h) dt[h] = zxbcdt[I + C + h] + p.dt_bias[h];
+  softplus(ctx, dt, static_cast<size_t>(nh));
+  for (int h = 0; h < nh; ++h) dt[h] = std::clamp(dt[h], p.dt_min, p.dt_max);
+  ssd_step(ctx, xbc, dt, p.A, xbc + I, xbc + I + GN, p.D, dm, S, y);
+  gated_rmsnorm(ctx, y, zxbcdt, I, p.norm_w, 1, I, p.norm_group, p.norm_eps, out);
+}
+}  // namespace
+
+void mamba2_step(const KernelContext& ctx, const Mamba2StepParams& p, const float* zxbcdt, float* conv_state, float* S,
+                 float* xbc, float* dt, float* y, float* out) {
+  mamba2_step_composed(ctx, p, zxbcdt, conv_state, S, xbc, dt, y, out);
+}
+void mamba2_step(const KernelContext& ctx, const Mamba2StepParams& p, const float* zxbcdt, float* conv_state,
+                 uint16_t* S, float* xbc, float* dt, float* y, float* out) {
+  mamba2_step_composed(ctx, p, zxbcdt, conv_state, S, xbc, dt, y, out);
+}
+
 void mamba1_scan(const KernelContext& ctx, const float* x, int ld_x, const float* dt,
                  const float* A, const float* B, const float* C, int ld_bc, const float* D,
                  const float* z, int ld_z, uint16_t* h, int T, int I, int N, float* y) {

@@ -79,28 +79,16 @@ LayerStateSpec mamba2_state_spec(const Mamba2Spec& s) {
   return {s.d_conv - 1, s.conv_dim(), static_cast<size_t>(s.n_heads) * s.head_dim * s.d_state};
 }
 
-void mamba2_forward(const KernelContext& ctx, const Mamba2Spec& s, const Mamba2Weights& w, const float* u,
-                    int T, std::span<const SeqRun> runs, const Mamba2Buffers& sc, float* out) {
+namespace {
+
+// Between the projections, op by op, for any batch: g: (T, I) from zxbcdt: (T, W).
+void mamba2_mix(const KernelContext& ctx, const Mamba2Spec& s, const Mamba2Weights& w, int T,
+                std::span<const SeqRun> runs, const Mamba2Buffers& sc) {
   const int I = s.d_inner, nh = s.n_heads, K = s.d_conv, conv_dim = s.conv_dim();
   const int G = s.n_groups, N = s.d_state;
   const int W = w.in_proj.rows;
   const int z_off = 0, xbc_off = z_off + I, dt_off = xbc_off + conv_dim;
   const size_t n_dt = static_cast<size_t>(T) * nh;
-  if (s.in_scale != 1.0f) {  // Falcon-H1: in_proj(u x ssm_in_multiplier)
-    for (size_t i = 0; i < static_cast<size_t>(T) * w.in_proj.cols; ++i) sc.u[i] = u[i] * s.in_scale;
-    u = sc.u;
-  }
-  // zxbcdt: (T, W) = u @ in_proj^T
-  ctx.ops->matmul(ctx, w.in_proj.view(), data_or_null(w.in_proj_bias), u, T, sc.zxbcdt);
-  if (std::any_of(std::begin(s.mup), std::end(s.mup), [](float m) { return m != 1.0f; })) {
-    // Falcon-H1's mup_vector: one multiplier per segment [z (I) | x (I) | B (GN) | C (GN) | dt (nh)].
-    const int ends[5] = {I, 2 * I, 2 * I + G * N, 2 * I + 2 * G * N, W};
-    for (int t = 0; t < T; ++t) {
-      float* row = sc.zxbcdt + static_cast<size_t>(t) * W;
-      for (int seg = 0, c = 0; seg < 5; ++seg)
-        for (; c < ends[seg]; ++c) row[c] *= s.mup[seg];
-    }
-  }
   // xbc: (T, conv_dim) = silu(causal_conv(xBC)), per sequence from its conv state
   for_each_run(ctx, runs, [&](const KernelContext& c, const SeqRun& r) {
     c.ops->conv1d_causal(c, sc.zxbcdt + static_cast<size_t>(r.start) * W + xbc_off, W, w.conv_w.data(),
@@ -147,6 +135,55 @@ void mamba2_forward(const KernelContext& ctx, const Mamba2Spec& s, const Mamba2W
     for (size_t t = 0; t < static_cast<size_t>(T); ++t)
       for (int i = 0; i < I; ++i)
         sc.g[t * I + i] *= sc.y[t * I + i] * (s.gate_norm ? w.norm_w[i] : 1.0f);
+  }
+}
+
+}  // namespace
+
+void mamba2_forward(const KernelContext& ctx, const Mamba2Spec& s, const Mamba2Weights& w, const float* u,
+                    int T, std::span<const SeqRun> runs, const Mamba2Buffers& sc, float* out) {
+  const int I = s.d_inner, nh = s.n_heads, K = s.d_conv, conv_dim = s.conv_dim();
+  const int G = s.n_groups, N = s.d_state;
+  const int W = w.in_proj.rows;
+  if (s.in_scale != 1.0f) {  // Falcon-H1: in_proj(u x ssm_in_multiplier)
+    for (size_t i = 0; i < static_cast<size_t>(T) * w.in_proj.cols; ++i) sc.u[i] = u[i] * s.in_scale;
+    u = sc.u;
+  }
+  // zxbcdt: (T, W) = u @ in_proj^T
+  ctx.ops->matmul(ctx, w.in_proj.view(), data_or_null(w.in_proj_bias), u, T, sc.zxbcdt);
+  if (std::any_of(std::begin(s.mup), std::end(s.mup), [](float m) { return m != 1.0f; })) {
+    // Falcon-H1's mup_vector: one multiplier per segment [z (I) | x (I) | B (GN) | C (GN) | dt (nh)].
+    const int ends[5] = {I, 2 * I, 2 * I + G * N, 2 * I + 2 * G * N, W};
+    for (int t = 0; t < T; ++t) {
+      float* row = sc.zxbcdt + static_cast<size_t>(t) * W;
+      for (int seg = 0, c = 0; seg < 5; ++seg)
+        for (; c < ends[seg]; ++c) row[c] *= s.mup[seg];
+    }
+  }
+  // A batch of decode steps (every run one token) with the usual gate-then-norm: conv, dt, state
+  // step and gate in one kernel per sequence (one parallel region where the ops take two; the
+  // same numbers, bitwise).
+  if (s.gate_norm && !s.norm_before_gate &&
+      std::all_of(runs.begin(), runs.end(), [](const SeqRun& r) { return r.len == 1; })) {
+    Mamba2StepParams p;
+    p.dims = {nh, s.head_dim, G, N};
+    p.conv_w = w.conv_w.data(), p.conv_b = data_or_null(w.conv_b), p.d_conv = K;
+    p.dt_bias = w.dt_bias.data(), p.dt_min = s.dt_min, p.dt_max = s.dt_max;
+    p.A = w.A.data(), p.D = w.D.data();
+    p.norm_w = w.norm_w.data(), p.norm_eps = s.norm_eps;
+    p.norm_group = s.norm_grouping == NormGrouping::Grouped ? I / G : I;
+    for_each_run(ctx, runs, [&](const KernelContext& c, const SeqRun& r) {
+      const size_t o = static_cast<size_t>(r.start);
+      auto step = [&](auto kernel, auto* S) {  // the state as stored: f32, or bf16 updated in place
+        // zxbcdt: (W) -> xbc: (conv_dim), dt: (nh), y: (I), g: (I)
+        kernel(c, p, sc.zxbcdt + o * W, r.conv_state, S, sc.xbc + o * conv_dim, sc.dt + o * nh, sc.y + o * I,
+               sc.g + o * I);
+      };
+      if (r.ssm_state_bf16) step(c.ops->mamba2_step_bf16, r.ssm_state_bf16);
+      else step(c.ops->mamba2_step, r.ssm_state);
+    });
+  } else {
+    mamba2_mix(ctx, s, w, T, runs, sc);
   }
   // out: (T, H) = g @ out_proj^T
   ctx.ops->matmul(ctx, w.out_proj.view(), data_or_null(w.out_proj_bias), sc.g, T, out);
