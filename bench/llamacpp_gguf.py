@@ -1,5 +1,5 @@
-"""A random-weight Mamba / Mamba-2 checkpoint (config.json + model.safetensors, f32) as a GGUF f32
-file for llama.cpp's llama-bench, for the side-by-side benchmark in docs/benchmarks.md.
+"""A random-weight Mamba / Mamba-2 / Granite-4.0-H checkpoint (config.json + model.safetensors, f32) as
+a GGUF f32 file for llama.cpp's llama-bench, for the side-by-side benchmark in docs/benchmarks.md.
 
 Needs numpy and llama.cpp's `gguf-py` package from a llama.cpp checkout kept OUTSIDE this
 repository (passed as GGUF_PY). The tensor names and transforms are those of llama.cpp's own
@@ -7,7 +7,17 @@ converter for Mamba / Mamba-2 (which needs torch): A = -exp(A_log), conv weights
 (channels, K), Mamba-2's A and D as (heads, 1) and its norm as (groups, d_inner / groups). The
 GPT-NeoX vocabulary is padded to the embedding rows. Q8_0 files come from llama-quantize.
 
+granitemoehybrid (dense, num_local_experts 0) becomes llama.cpp's `granitehybrid` arch, with the
+names and transforms of its converter read as facts: Mamba-2 layers as above (ssm_*), attention
+layers attn_{q,k,v,output} with q/k rows regrouped per head as llama.cpp's RoPE layout wants
+(no effect without RoPE, done for fidelity), the fused shared_mlp.input_linear [gate; up] split
+into ffn_gate / ffn_up, output_linear as ffn_down, post_attention_layernorm as ffn_norm; the
+per-layer KV head count is 0 on recurrent layers (that is how llama.cpp tells them apart); the
+µP multipliers go to {embedding,residual,attention,logit}_scale; NoPE is rope.scaling.finetuned
+= false.
+
 Usage: python3 bench/llamacpp_gguf.py GGUF_PY MODEL_DIR TOKENIZER_JSON OUT.gguf
+bench/llamacpp_check.py checks a converted file against its checkpoint (greedy tokens, log-probabilities).
 """
 import json, struct, sys
 from pathlib import Path
@@ -32,27 +42,63 @@ def tensors():
         f.seek(base + b)
         yield k, np.frombuffer(f.read(e - b), dtype=np.float32).reshape(v["shape"]).copy()
 
-mamba2 = cfg["model_type"] == "mamba2"
-arch = "mamba2" if mamba2 else "mamba"
+family = cfg["model_type"]
+if family not in ("mamba", "mamba2", "granitemoehybrid"):
+    sys.exit(f"llamacpp_gguf: model_type {family!r} is not converted here (mamba, mamba2, granitemoehybrid)")
+mamba2 = family == "mamba2"
+granite = family == "granitemoehybrid"
+arch = {"mamba": "mamba", "mamba2": "mamba2", "granitemoehybrid": "granitehybrid"}[family]
 w = gguf.GGUFWriter(out, arch)
 d_model, n_layer = cfg["hidden_size"], cfg["num_hidden_layers"]
-d_inner = cfg.get("intermediate_size") or cfg["expand"] * d_model
 w.add_context_length(2**20)
 w.add_embedding_length(d_model)
-w.add_feed_forward_length(0)
-w.add_head_count(0)
 w.add_block_count(n_layer)
-w.add_ssm_conv_kernel(cfg["conv_kernel"])
-w.add_ssm_inner_size(d_inner)
-w.add_ssm_state_size(cfg["state_size"])
-if mamba2:
-    w.add_ssm_time_step_rank(d_inner // cfg["head_dim"])
-    w.add_ssm_group_count(cfg["n_groups"])
-else:
-    w.add_ssm_time_step_rank(cfg["time_step_rank"])
-    w.add_ssm_dt_b_c_rms(False)
-w.add_layer_norm_rms_eps(cfg["layer_norm_epsilon"])
 w.add_file_type(gguf.LlamaFileType.ALL_F32)
+if granite:
+    if cfg.get("num_local_experts", 8):
+        sys.exit("llamacpp_gguf: granitemoehybrid with experts is not converted here (num_local_experts must be 0)")
+    if cfg.get("position_embedding_type") == "rope":
+        sys.exit("llamacpp_gguf: granitemoehybrid with RoPE is not converted here (position_embedding_type)")
+    types = cfg.get("layer_types") or cfg.get("layers_block_type") or ["mamba"] * n_layer
+    attn_layers = [t in ("attention", "full_attention") for t in types]
+    n_head = cfg["num_attention_heads"]
+    n_kv = cfg.get("num_key_value_heads", n_head)
+    d_inner = int(cfg.get("mamba_expand", 2) * d_model)
+    n_group, d_ssm_head = cfg.get("mamba_n_groups", 1), cfg.get("mamba_n_heads", 128)
+    ff = cfg["shared_intermediate_size"]
+    w.add_feed_forward_length(ff)
+    w.add_expert_shared_feed_forward_length(ff)
+    w.add_head_count(n_head)
+    w.add_head_count_kv([n_kv if a else 0 for a in attn_layers])
+    w.add_rope_dimension_count(d_model // n_head)
+    w.add_rope_scaling_finetuned(False)  # llama.cpp's switch for RoPE: Granite-4.0-H is NoPE
+    w.add_expert_count(0)
+    w.add_expert_used_count(0)
+    w.add_layer_norm_rms_eps(cfg.get("rms_norm_eps", 1e-6))
+    w.add_embedding_scale(cfg.get("embedding_multiplier", 1.0))
+    w.add_residual_scale(cfg.get("residual_multiplier", 1.0))
+    w.add_attention_scale(cfg.get("attention_multiplier", 1.0))
+    w.add_logit_scale(cfg.get("logits_scaling", 1.0))
+    w.add_ssm_conv_kernel(cfg.get("mamba_d_conv", 4))
+    w.add_ssm_inner_size(d_inner)
+    w.add_ssm_state_size(cfg.get("mamba_d_state", 256))
+    w.add_ssm_time_step_rank(d_ssm_head)  # llama.cpp's name for the Mamba-2 head count
+    w.add_ssm_group_count(n_group)
+else:
+    d_inner = cfg.get("intermediate_size") or cfg["expand"] * d_model
+    n_group = cfg.get("n_groups", 1)
+    w.add_feed_forward_length(0)
+    w.add_head_count(0)
+    w.add_ssm_conv_kernel(cfg["conv_kernel"])
+    w.add_ssm_inner_size(d_inner)
+    w.add_ssm_state_size(cfg["state_size"])
+    if mamba2:
+        w.add_ssm_time_step_rank(d_inner // cfg["head_dim"])
+        w.add_ssm_group_count(n_group)
+    else:
+        w.add_ssm_time_step_rank(cfg["time_step_rank"])
+        w.add_ssm_dt_b_c_rms(False)
+    w.add_layer_norm_rms_eps(cfg["layer_norm_epsilon"])
 
 # GPT-NeoX BPE vocabulary, padded to the embedding rows.
 tok = json.loads(tok_path.read_text())
@@ -61,9 +107,13 @@ added = {t["id"]: t["content"] for t in tok.get("added_tokens", [])}
 n_vocab = cfg["vocab_size"]
 inv = {i: s for s, i in vocab.items()}
 inv.update(added)
+special = {cfg.get("bos_token_id") or 0, cfg.get("eos_token_id") or 0}
 tokens, types = [], []
 for i in range(n_vocab):
-    if i in inv:
+    if i in special and i not in inv:
+        tokens.append(f"[SPECIAL{i}]")
+        types.append(gguf.TokenType.CONTROL)
+    elif i in inv:
         tokens.append(inv[i])
         types.append(gguf.TokenType.CONTROL if i in added else gguf.TokenType.NORMAL)
     else:
@@ -75,43 +125,85 @@ w.add_tokenizer_pre("default")
 w.add_token_list(tokens)
 w.add_token_types(types)
 w.add_token_merges(merges)
-w.add_bos_token_id(0)
-w.add_eos_token_id(0)
+w.add_bos_token_id(cfg.get("bos_token_id") or 0)
+w.add_eos_token_id(cfg.get("eos_token_id") or 0)
+w.add_add_bos_token(False)
 
-for name, t in tensors():
-    if name == "backbone.embeddings.weight":
-        w.add_tensor("token_embd.weight", t); continue
-    if name == "backbone.norm_f.weight":
-        w.add_tensor("output_norm.weight", t); continue
-    if name == "lm_head.weight":
-        w.add_tensor("output.weight", t); continue
-    parts = name.split(".")
-    assert parts[0] == "backbone" and parts[1] == "layers", name
-    i, rest = int(parts[2]), ".".join(parts[3:])
-    p = f"blk.{i}."
-    m = {
-        "norm.weight": "attn_norm.weight",
-        "mixer.in_proj.weight": "ssm_in.weight",
-        "mixer.conv1d.weight": "ssm_conv1d.weight",
-        "mixer.conv1d.bias": "ssm_conv1d.bias",
-        "mixer.x_proj.weight": "ssm_x.weight",
-        "mixer.dt_proj.weight": "ssm_dt.weight",
-        "mixer.dt_proj.bias": "ssm_dt.bias",
-        "mixer.dt_bias": "ssm_dt.bias",
-        "mixer.A_log": "ssm_a",
-        "mixer.D": "ssm_d",
-        "mixer.norm.weight": "ssm_norm.weight",
-        "mixer.out_proj.weight": "ssm_out.weight",
-    }[rest]
+
+def rope_rows(t, heads):
+    """Regroup each head's rows from halves [x0..x(d/2-1), y0..] to pairs, as llama.cpp's converter does for
+    q/k of LLaMA-layout attention (its RoPE rotates adjacent pairs)."""
+    d = t.shape[0] // heads
+    return t.reshape(heads, 2, d // 2, *t.shape[1:]).swapaxes(1, 2).reshape(t.shape)
+
+
+MAMBA_NAMES = {
+    "norm.weight": "attn_norm.weight",
+    "mixer.in_proj.weight": "ssm_in.weight",
+    "mixer.conv1d.weight": "ssm_conv1d.weight",
+    "mixer.conv1d.bias": "ssm_conv1d.bias",
+    "mixer.x_proj.weight": "ssm_x.weight",
+    "mixer.dt_proj.weight": "ssm_dt.weight",
+    "mixer.dt_proj.bias": "ssm_dt.bias",
+    "mixer.dt_bias": "ssm_dt.bias",
+    "mixer.A_log": "ssm_a",
+    "mixer.D": "ssm_d",
+    "mixer.norm.weight": "ssm_norm.weight",
+    "mixer.out_proj.weight": "ssm_out.weight",
+}
+
+
+def mamba_mixer(rest, t, two):
+    """A Mamba / Mamba-2 mixer tensor (rest: its name from `mixer.` on) as llama.cpp wants it."""
     if rest == "mixer.conv1d.weight":
         t = t.reshape(t.shape[0], t.shape[2])
     if rest == "mixer.A_log":
         t = -np.exp(t)
-    if mamba2 and rest in ("mixer.A_log", "mixer.D"):
+    if two and rest in ("mixer.A_log", "mixer.D"):
         t = t.reshape(t.shape[0], 1)
-    if mamba2 and rest == "mixer.norm.weight":
-        t = t.reshape(cfg["n_groups"], d_inner // cfg["n_groups"])
-    w.add_tensor(p + m, t)
+    if two and rest == "mixer.norm.weight":
+        t = t.reshape(n_group, d_inner // n_group)
+    return MAMBA_NAMES[rest], t
+
+
+def granite_tensor(i, rest, t):
+    """One granitemoehybrid layer tensor: yields (gguf name without blk.N., array)."""
+    if rest == "input_layernorm.weight":
+        yield "attn_norm.weight", t
+    elif rest == "post_attention_layernorm.weight":
+        yield "ffn_norm.weight", t
+    elif rest.startswith("mamba."):
+        yield mamba_mixer("mixer." + rest[len("mamba."):], t, True)
+    elif rest == "self_attn.q_proj.weight":
+        yield "attn_q.weight", rope_rows(t, n_head)
+    elif rest == "self_attn.k_proj.weight":
+        yield "attn_k.weight", rope_rows(t, n_kv)
+    elif rest == "self_attn.v_proj.weight":
+        yield "attn_v.weight", t
+    elif rest == "self_attn.o_proj.weight":
+        yield "attn_output.weight", t
+    elif rest == "shared_mlp.input_linear.weight":
+        yield "ffn_gate.weight", t[:ff]
+        yield "ffn_up.weight", t[ff:]
+    elif rest == "shared_mlp.output_linear.weight":
+        yield "ffn_down.weight", t
+    else:
+        sys.exit(f"llamacpp_gguf: unexpected tensor model.layers.{i}.{rest}")
+
+
+HEAD = {"backbone.embeddings.weight": "token_embd.weight", "backbone.norm_f.weight": "output_norm.weight",
+        "model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
+        "lm_head.weight": "output.weight"}
+for name, t in tensors():
+    if name in HEAD:
+        w.add_tensor(HEAD[name], t)
+        continue
+    parts = name.split(".")
+    assert parts[0] in ("backbone", "model") and parts[1] == "layers", name
+    i, rest = int(parts[2]), ".".join(parts[3:])
+    out_list = granite_tensor(i, rest, t) if granite else [mamba_mixer(rest, t, mamba2)]
+    for m, x in out_list:
+        w.add_tensor(f"blk.{i}.{m}", np.ascontiguousarray(x))
 
 w.write_header_to_file()
 w.write_kv_data_to_file()
