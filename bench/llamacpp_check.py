@@ -74,14 +74,15 @@ lsm = logits - logits.max(axis=1, keepdims=True)
 lsm -= np.log(np.exp(lsm).sum(axis=1, keepdims=True))
 p0 = len(prompt) - 1  # row p0 predicts the first generated token
 ours = [int(np.argmax(logits[p0 + k])) for k in range(args.n)]
-diffs = []
+diffs, per_step = [], []
 for k, st in enumerate(steps):
-    for tp in st["top_logprobs"]:
-        diffs.append(abs(lsm[p0 + k, tp["id"]] - tp["logprob"]))
+    d = [abs(lsm[p0 + k, tp["id"]] - tp["logprob"]) for tp in st["top_logprobs"]]
+    diffs += d
+    per_step.append(round(max(d), 7))
 first_bad = next((k for k in range(args.n) if ours[k] != theirs[k]), None)
 summary = dict(gguf=os.path.basename(args.gguf), model=args.model, prompt=prompt, llama_cpp=theirs, hybridlm=ours,
                greedy_match=first_bad is None, first_mismatch=first_bad, logprobs_compared=len(diffs),
-               max_abs_logprob_diff=max(diffs), mean_abs_logprob_diff=float(np.mean(diffs)))
+               max_abs_logprob_diff=max(diffs), mean_abs_logprob_diff=float(np.mean(diffs)), max_abs_logprob_diff_per_step=per_step)
 print(json.dumps(summary))
 if args.out:
     with open(args.out, "w") as f:

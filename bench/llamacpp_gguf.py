@@ -16,6 +16,15 @@ per-layer KV head count is 0 on recurrent layers (that is how llama.cpp tells th
 µP multipliers go to {embedding,residual,attention,logit}_scale; NoPE is rope.scaling.finetuned
 = false.
 
+qwen3_next becomes llama.cpp's `qwen3next` arch (gated DeltaNet every layer but each
+full_attention_interval-th, MoE with a gated shared expert in every layer; llama.cpp needs
+d_k = d_v and experts): in_proj_qkvz, stored per key head as [q, k, v, z] rows, is regrouped into
+attn_qkv = [all q; all k; all v] and attn_gate = all z (value heads keep their per-key-head grouping);
+in_proj_ba goes as is to ssm_ba, A = -exp(A_log) to ssm_a, dt_bias to ssm_dt.bias; the
+zero-centred RMSNorm weights (every *norm.weight except the DeltaNet's own gated norm) get + 1;
+experts are stacked into ffn_{gate,up,down}_exps; the attention q_proj (per head [q, gate]) is
+copied as is (llama.cpp splits it; NeoX RoPE needs no row regrouping).
+
 Usage: python3 bench/llamacpp_gguf.py GGUF_PY MODEL_DIR TOKENIZER_JSON OUT.gguf
 bench/llamacpp_check.py checks a converted file against its checkpoint (greedy tokens, log-probabilities).
 """
@@ -43,11 +52,13 @@ def tensors():
         yield k, np.frombuffer(f.read(e - b), dtype=np.float32).reshape(v["shape"]).copy()
 
 family = cfg["model_type"]
-if family not in ("mamba", "mamba2", "granitemoehybrid"):
-    sys.exit(f"llamacpp_gguf: model_type {family!r} is not converted here (mamba, mamba2, granitemoehybrid)")
+ARCH = {"mamba": "mamba", "mamba2": "mamba2", "granitemoehybrid": "granitehybrid", "qwen3_next": "qwen3next"}
+if family not in ARCH:
+    sys.exit(f"llamacpp_gguf: model_type {family!r} is not converted here ({', '.join(ARCH)})")
 mamba2 = family == "mamba2"
 granite = family == "granitemoehybrid"
-arch = {"mamba": "mamba", "mamba2": "mamba2", "granitemoehybrid": "granitehybrid"}[family]
+qwen3next = family == "qwen3_next"
+arch = ARCH[family]
 w = gguf.GGUFWriter(out, arch)
 d_model, n_layer = cfg["hidden_size"], cfg["num_hidden_layers"]
 w.add_context_length(2**20)
@@ -84,6 +95,37 @@ if granite:
     w.add_ssm_state_size(cfg.get("mamba_d_state", 256))
     w.add_ssm_time_step_rank(d_ssm_head)  # llama.cpp's name for the Mamba-2 head count
     w.add_ssm_group_count(n_group)
+elif qwen3next:
+    n_head, n_kv, hd = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
+    nk, nv = cfg["linear_num_key_heads"], cfg["linear_num_value_heads"]
+    dk, dv = cfg["linear_key_head_dim"], cfg["linear_value_head_dim"]
+    n_exp = cfg.get("num_experts", 0)
+    if dk != dv:
+        sys.exit("llamacpp_gguf: llama.cpp's qwen3next needs linear_key_head_dim == linear_value_head_dim")
+    if not n_exp or cfg.get("mlp_only_layers") or cfg.get("decoder_sparse_step", 1) != 1:
+        sys.exit("llamacpp_gguf: llama.cpp's qwen3next needs experts in every layer (num_experts, mlp_only_layers, "
+                 "decoder_sparse_step)")
+    if cfg.get("layer_types"):
+        sys.exit("llamacpp_gguf: qwen3_next with explicit layer_types is not converted here")
+    rope = cfg.get("rope_parameters") or {}
+    w.add_feed_forward_length(cfg["intermediate_size"])
+    w.add_head_count(n_head)
+    w.add_head_count_kv(n_kv)
+    w.add_key_length(hd)
+    w.add_value_length(hd)
+    w.add_rope_freq_base(rope.get("rope_theta", cfg.get("rope_theta", 10000.0)))
+    w.add_rope_dimension_count(int(hd * rope.get("partial_rotary_factor", cfg.get("partial_rotary_factor", 0.25))))
+    w.add_layer_norm_rms_eps(cfg.get("rms_norm_eps", 1e-6))
+    w.add_expert_count(n_exp)
+    w.add_expert_used_count(cfg["num_experts_per_tok"])
+    w.add_expert_feed_forward_length(cfg["moe_intermediate_size"])
+    w.add_expert_shared_feed_forward_length(cfg["shared_expert_intermediate_size"])
+    w.add_ssm_conv_kernel(cfg.get("linear_conv_kernel_dim", 4))
+    w.add_ssm_state_size(dk)
+    w.add_ssm_group_count(nk)
+    w.add_ssm_time_step_rank(nv)
+    w.add_ssm_inner_size(dv * nv)
+    w.add_full_attention_interval(cfg.get("full_attention_interval", 4))
 else:
     d_inner = cfg.get("intermediate_size") or cfg["expand"] * d_model
     n_group = cfg.get("n_groups", 1)
@@ -191,17 +233,66 @@ def granite_tensor(i, rest, t):
         sys.exit(f"llamacpp_gguf: unexpected tensor model.layers.{i}.{rest}")
 
 
+def qwen3next_tensor(i, rest, t, experts):
+    """One qwen3_next layer tensor: yields (gguf name without blk.N., array); experts collects the
+    per-expert MLP tensors of the layer until all are in."""
+    if rest.endswith("norm.weight") and rest != "linear_attn.norm.weight":
+        t = t + 1.0  # Qwen3-Next's RMSNorm scales by (1 + weight)
+    simple = {"input_layernorm.weight": "attn_norm.weight", "post_attention_layernorm.weight": "post_attention_norm.weight",
+              "self_attn.q_proj.weight": "attn_q.weight", "self_attn.k_proj.weight": "attn_k.weight",
+              "self_attn.v_proj.weight": "attn_v.weight", "self_attn.o_proj.weight": "attn_output.weight",
+              "self_attn.q_norm.weight": "attn_q_norm.weight", "self_attn.k_norm.weight": "attn_k_norm.weight",
+              "linear_attn.in_proj_ba.weight": "ssm_ba.weight", "linear_attn.dt_bias": "ssm_dt.bias",
+              "linear_attn.norm.weight": "ssm_norm.weight", "linear_attn.out_proj.weight": "ssm_out.weight",
+              "mlp.gate.weight": "ffn_gate_inp.weight", "mlp.shared_expert.gate_proj.weight": "ffn_gate_shexp.weight",
+              "mlp.shared_expert.up_proj.weight": "ffn_up_shexp.weight",
+              "mlp.shared_expert.down_proj.weight": "ffn_down_shexp.weight"}
+    if rest in simple:
+        yield simple[rest], t
+    elif rest == "linear_attn.A_log":
+        yield "ssm_a", -np.exp(t)
+    elif rest == "linear_attn.conv1d.weight":
+        yield "ssm_conv1d.weight", t.reshape(t.shape[0], t.shape[2])
+    elif rest == "linear_attn.in_proj_qkvz.weight":
+        r = nv // nk
+        g = t.reshape(nk, 2 * dk + 2 * r * dv, t.shape[1])  # per key head: [q (dk), k (dk), v (r dv), z (r dv)]
+        q, k = g[:, :dk], g[:, dk:2 * dk]
+        v, z = g[:, 2 * dk:2 * dk + r * dv], g[:, 2 * dk + r * dv:]
+        flat = lambda x: x.reshape(-1, t.shape[1])
+        yield "attn_qkv.weight", np.concatenate([flat(q), flat(k), flat(v)])
+        yield "attn_gate.weight", flat(z)
+    elif rest == "mlp.shared_expert_gate.weight":
+        yield "ffn_gate_inp_shexp.weight", t.reshape(-1)
+    elif rest.startswith("mlp.experts."):
+        _, _, e, proj, _ = rest.split(".")
+        experts[(int(e), proj)] = t
+        if len(experts) == 3 * n_exp:
+            for proj, gg in (("gate_proj", "ffn_gate_exps"), ("up_proj", "ffn_up_exps"), ("down_proj", "ffn_down_exps")):
+                yield gg + ".weight", np.stack([experts[(e, proj)] for e in range(n_exp)])
+            experts.clear()
+    else:
+        sys.exit(f"llamacpp_gguf: unexpected tensor model.layers.{i}.{rest}")
+
+
 HEAD = {"backbone.embeddings.weight": "token_embd.weight", "backbone.norm_f.weight": "output_norm.weight",
         "model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
         "lm_head.weight": "output.weight"}
+experts = {}
 for name, t in tensors():
+    if name.startswith("mtp."):
+        continue  # Qwen3-Next's multi-token prediction head: llama.cpp ignores it too
     if name in HEAD:
-        w.add_tensor(HEAD[name], t)
+        w.add_tensor(HEAD[name], t + 1.0 if qwen3next and name == "model.norm.weight" else t)
         continue
     parts = name.split(".")
     assert parts[0] in ("backbone", "model") and parts[1] == "layers", name
     i, rest = int(parts[2]), ".".join(parts[3:])
-    out_list = granite_tensor(i, rest, t) if granite else [mamba_mixer(rest, t, mamba2)]
+    if granite:
+        out_list = granite_tensor(i, rest, t)
+    elif qwen3next:
+        out_list = qwen3next_tensor(i, rest, t, experts)
+    else:
+        out_list = [mamba_mixer(rest, t, mamba2)]
     for m, x in out_list:
         w.add_tensor(f"blk.{i}.{m}", np.ascontiguousarray(x))
 

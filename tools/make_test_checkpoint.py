@@ -480,6 +480,10 @@ PRESETS = {
     # Qwen3_5MoeTextConfig defaults (its docstring: like Qwen3.5-35B-A3B): for `plan`, not for tests.
     "qwen3.5-35b-a3b": lambda: qwen3_5_config(2048, 40, 248320, 16, 2, 256, 16, 32, 128, 128, experts=256, top_k=8,
                                               moe_ff=512, shared_ff=512),
+    # A Qwen3-Next-shaped gated-DeltaNet hybrid of ~750M (~520M active) for benchmarks only, not tests: 24
+    # layers, full attention every 4th (8 gated heads of 128, 2 KV heads, RoPE on 1/4), DeltaNet 8 key / 16
+    # value heads of 64 (llama.cpp's qwen3next wants d_k = d_v), MoE top-4 of 16 + a gated shared expert.
+    "qwen3-next-750m": lambda: qwen3_next_config(1024, 24, 151936, 8, 2, 128, 8, 16, 64, 64, 2816, 16, 4, 256, 512),
     # Qwen/Qwen3-Next-80B-A3B-Instruct (its published config.json): for `plan`, not for tests.
     "qwen3-next-80b-a3b": lambda: qwen3_next_config(2048, 48, 151936, 16, 2, 256, 16, 32, 128, 128, 5120, 512, 10,
                                                     512, 512, theta=10000000.0),
