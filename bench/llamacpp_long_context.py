@@ -8,7 +8,7 @@ recurrent state) and the tokens/s that bound allows at a given bandwidth (--band
 what `hybridlm bench` probed on the same machine).
 
 llama.cpp: llama-bench -m M.gguf -t T -p 0 -n N -d D1,D2,... -r R -mmp 0 -o json (its depth prefill is not
-timed). Ours: hybridlm generate on a prompt of exactly D tokens (" hello" x D under the GPT-NeoX tokenizer,
+timed; --no-warmup unless --llama-warmup: the depth prefill before the timed steps warms it). Ours: hybridlm generate on a prompt of exactly D tokens (" hello" x D under the GPT-NeoX tokenizer,
 which the script copies next to the checkpoint when none is there), -n N, greedy, --ignore-eos, its
 "generation: ... tokens/s" line (the first token comes from the prefill and is not in it). Prefill
 tokens/s of the same runs is kept as well (ours: the prompt eval of the D-token prompt; llama.cpp's
@@ -16,7 +16,8 @@ depth prefill is untimed, so llama-bench -p runs give it where wanted).
 
 Usage: python3 bench/llamacpp_long_context.py --llama-bench PATH --gguf-dir DIR [--exe build/hybridlm]
            [--models build/bench_models] [--presets qwen3-next-750m,granite-4.0-h-350m]
-           [--depths 1024,16384] [-n 32] [-r 1] [-t 2] [--bandwidth 30] [--out build/long_context]
+           [--depths 1024,16384] [-n 32] [-r 1] [-t 2] [--bandwidth 30] [--llama-warmup]
+           [--out build/long_context]
 """
 import argparse, json, os, re, shutil, subprocess, sys, tempfile, time
 
@@ -32,6 +33,8 @@ ap.add_argument("-n", "--gen", default="32")
 ap.add_argument("-r", "--reps", default="1")
 ap.add_argument("-t", "--threads", default="2")
 ap.add_argument("--bandwidth", type=float, default=0.0, help="GB/s for the roofline column (0: leave it out)")
+ap.add_argument("--llama-warmup", action="store_true",
+                help="let llama-bench warm up (one more depth prefill per test); ours has no warm-up run either")
 ap.add_argument("--out", default="build/long_context")
 args = ap.parse_args()
 models = args.presets.split(",")
@@ -67,7 +70,8 @@ for m in models:
     wbytes, sbytes, kvtok = inspect(ours)
     t0 = time.time()
     for x in json.loads(run([args.llama_bench, "-m", gguf, "-t", args.threads, "-p", "0", "-n", args.gen, "-d",
-                             args.depths, "-r", args.reps, "-mmp", "0", "-o", "json"]).stdout):
+                             args.depths, "-r", args.reps, "-mmp", "0", "-o", "json"]
+                            + ([] if args.llama_warmup else ["--no-warmup"])).stdout):
         out.append(dict(engine="llama.cpp", model=m, depth=x["n_depth"], test=f"tg{x['n_gen']}", tps=x["avg_ts"],
                         sd=x["stddev_ts"]))
     for d in depths:
