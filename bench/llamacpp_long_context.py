@@ -8,8 +8,8 @@ recurrent state) and the tokens/s that bound allows at a given bandwidth (--band
 what `hybridlm bench` probed on the same machine).
 
 llama.cpp: llama-bench -m M.gguf -t T -p 0 -n N -d D1,D2,... -r R -mmp 0 -o json (its depth prefill is not
-timed; --no-warmup unless --llama-warmup: the depth prefill before the timed steps warms it). Ours: hybridlm generate on a prompt of exactly D tokens (" hello" x D under the GPT-NeoX tokenizer,
-which the script copies next to the checkpoint when none is there), -n N, greedy, --ignore-eos, its
+timed; --no-warmup unless --llama-warmup: the depth prefill before the timed steps warms it). Ours:
+hybridlm generate on a prompt of exactly D tokens (" hello" x D under the GPT-NeoX tokenizer, which the script copies next to the checkpoint when none is there), -n N, greedy, --ignore-eos, its
 "generation: ... tokens/s" line (the first token comes from the prefill and is not in it). Prefill
 tokens/s of the same runs is kept as well (ours: the prompt eval of the D-token prompt; llama.cpp's
 depth prefill is untimed, so llama-bench -p runs give it where wanted).
