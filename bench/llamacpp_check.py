@@ -82,7 +82,8 @@ for k, st in enumerate(steps):
 first_bad = next((k for k in range(args.n) if ours[k] != theirs[k]), None)
 summary = dict(gguf=os.path.basename(args.gguf), model=args.model, prompt=prompt, llama_cpp=theirs, hybridlm=ours,
                greedy_match=first_bad is None, first_mismatch=first_bad, logprobs_compared=len(diffs),
-               max_abs_logprob_diff=max(diffs), mean_abs_logprob_diff=float(np.mean(diffs)), max_abs_logprob_diff_per_step=per_step)
+               max_abs_logprob_diff=max(diffs), mean_abs_logprob_diff=float(np.mean(diffs)),
+               max_abs_logprob_diff_per_step=per_step)
 print(json.dumps(summary))
 if args.out:
     with open(args.out, "w") as f:

@@ -238,7 +238,8 @@ def qwen3next_tensor(i, rest, t, experts):
     per-expert MLP tensors of the layer until all are in."""
     if rest.endswith("norm.weight") and rest != "linear_attn.norm.weight":
         t = t + 1.0  # Qwen3-Next's RMSNorm scales by (1 + weight)
-    simple = {"input_layernorm.weight": "attn_norm.weight", "post_attention_layernorm.weight": "post_attention_norm.weight",
+    simple = {"input_layernorm.weight": "attn_norm.weight",
+              "post_attention_layernorm.weight": "post_attention_norm.weight",
               "self_attn.q_proj.weight": "attn_q.weight", "self_attn.k_proj.weight": "attn_k.weight",
               "self_attn.v_proj.weight": "attn_v.weight", "self_attn.o_proj.weight": "attn_output.weight",
               "self_attn.q_norm.weight": "attn_q_norm.weight", "self_attn.k_norm.weight": "attn_k_norm.weight",
@@ -267,8 +268,8 @@ def qwen3next_tensor(i, rest, t, experts):
         _, _, e, proj, _ = rest.split(".")
         experts[(int(e), proj)] = t
         if len(experts) == 3 * n_exp:
-            for proj, gg in (("gate_proj", "ffn_gate_exps"), ("up_proj", "ffn_up_exps"), ("down_proj", "ffn_down_exps")):
-                yield gg + ".weight", np.stack([experts[(e, proj)] for e in range(n_exp)])
+            for proj, gg in (("gate_proj", "ffn_gate"), ("up_proj", "ffn_up"), ("down_proj", "ffn_down")):
+                yield gg + "_exps.weight", np.stack([experts[(e, proj)] for e in range(n_exp)])
             experts.clear()
     else:
         sys.exit(f"llamacpp_gguf: unexpected tensor model.layers.{i}.{rest}")

@@ -9,7 +9,8 @@ what `hybridlm bench` probed on the same machine).
 
 llama.cpp: llama-bench -m M.gguf -t T -p 0 -n N -d D1,D2,... -r R -mmp 0 -o json (its depth prefill is not
 timed; --no-warmup unless --llama-warmup: the depth prefill before the timed steps warms it). Ours:
-hybridlm generate on a prompt of exactly D tokens (" hello" x D under the GPT-NeoX tokenizer, which the script copies next to the checkpoint when none is there), -n N, greedy, --ignore-eos, its
+hybridlm generate on a prompt of exactly D tokens (" hello" x D under the GPT-NeoX tokenizer, which
+the script copies next to the checkpoint when none is there), -n N, greedy, --ignore-eos, its
 "generation: ... tokens/s" line (the first token comes from the prefill and is not in it). Prefill
 tokens/s of the same runs is kept as well (ours: the prompt eval of the D-token prompt; llama.cpp's
 depth prefill is untimed, so llama-bench -p runs give it where wanted).
@@ -81,13 +82,14 @@ for m in models:
             tps = []
             pp = []
             for _ in range(int(args.reps)):
-                err = run([args.exe, "generate", "-m", ours, "-f", f.name, "-n", args.gen, "--temp", "0", "--ignore-eos",
-                           "-t", args.threads, "-c", str(d + int(args.gen) + 16), "--no-display-prompt",
+                err = run([args.exe, "generate", "-m", ours, "-f", f.name, "-n", args.gen, "--temp", "0",
+                           "--ignore-eos", "-t", args.threads, "-c", str(d + int(args.gen) + 16), "--no-display-prompt",
                            "--no-mmap"]).stderr
                 g = re.search(r"generation: (\d+) tokens in ([\d.]+) s \(([\d.]+) tokens/s\)", err)
                 p = re.search(r"prompt eval: (\d+) tokens in ([\d.]+) s \(([\d.]+) tokens/s\)", err)
                 if not g or not p or int(p.group(1)) != d:
-                    sys.exit(f"llamacpp_long_context: unexpected generate output (prompt of {d} tokens):\n{err[-1500:]}")
+                    sys.exit(f"llamacpp_long_context: unexpected generate output (prompt of {d} tokens):\n"
+                             + err[-1500:])
                 tps.append(float(g.group(3)))
                 pp.append(float(p.group(3)))
         mean = sum(tps) / len(tps)
