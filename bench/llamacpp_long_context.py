@@ -90,8 +90,8 @@ for m in models:
                 if not g or not p or int(p.group(1)) != d:
                     sys.exit(f"llamacpp_long_context: unexpected generate output (prompt of {d} tokens):\n"
                              + err[-1500:])
-                tps.append(float(g.group(3)))
-                pp.append(float(p.group(3)))
+                tps.append(int(g.group(1)) / float(g.group(2)))  # the printed rate has one decimal
+                pp.append(int(p.group(1)) / float(p.group(2)))
         mean = sum(tps) / len(tps)
         sd = (sum((v - mean) ** 2 for v in tps) / max(1, len(tps) - 1)) ** 0.5
         out.append(dict(engine="hybridlm", model=m, depth=d, test=f"tg{args.gen}", tps=mean, sd=sd,
