@@ -90,7 +90,7 @@ for m in models:
                 if not g or not p or int(p.group(1)) != d:
                     sys.exit(f"llamacpp_long_context: unexpected generate output (prompt of {d} tokens):\n"
                              + err[-1500:])
-                tps.append(int(g.group(1)) / float(g.group(2)))  # the printed rate has one decimal
+                tps.append((int(g.group(1)) - 1) / float(g.group(2)))  # as generate counts; it prints one decimal
                 pp.append(int(p.group(1)) / float(p.group(2)))
         mean = sum(tps) / len(tps)
         sd = (sum((v - mean) ** 2 for v in tps) / max(1, len(tps) - 1)) ** 0.5
