@@ -447,6 +447,14 @@ PRESETS = {
     # Zyphra/Zamba-7B-v1 (ZambaConfig defaults): for `plan`, not for tests.
     "zamba-7b": lambda: zamba_config(3712, 32000, 76, 16, 16, 14848, 2, 16),
     "granite-h-tiny": lambda: granite_config(64, 4, 512, 4, 2, [2], 4, 2, 32, 48, 8, 16),
+    # ibm-granite/granite-4.0-h-350m-like dense hybrid (~340M, tied 100352 vocab) for benchmarks only, not
+    # tests: 32 layers of which 4 GQA attention (12 heads of 64, 4 KV heads, NoPE), Mamba-2 with 48 heads of 32,
+    # state 128, one group, a 2048 shared SwiGLU MLP in every layer, no experts. Shapes and multipliers are
+    # those of the published GGUF metadata; the attention layer positions are unverified (evenly spaced here).
+    "granite-4.0-h-350m": lambda: dict(granite_config(768, 32, 100352, 12, 4, [5, 13, 21, 29], 0, 0, 2048, 2048,
+                                                      48, 128), embedding_multiplier=12.0, residual_multiplier=0.246,
+                                       attention_multiplier=0.015625, logits_scaling=3.0, rms_norm_eps=1e-5,
+                                       bos_token_id=100257, eos_token_id=100257, pad_token_id=100256),
     # Llamba at test size: 4 value heads over 2 B/C groups, a vocabulary padded 500 -> 504, a
     # final-norm eps apart from the blocks' fixed 1e-5.
     "llamba-tiny": lambda: llamba_config(64, 3, 500, 16, 4, 2, 128, chunk=16, norm_eps=1e-4),
@@ -472,6 +480,10 @@ PRESETS = {
     # Qwen3_5MoeTextConfig defaults (its docstring: like Qwen3.5-35B-A3B): for `plan`, not for tests.
     "qwen3.5-35b-a3b": lambda: qwen3_5_config(2048, 40, 248320, 16, 2, 256, 16, 32, 128, 128, experts=256, top_k=8,
                                               moe_ff=512, shared_ff=512),
+    # A Qwen3-Next-shaped gated-DeltaNet hybrid of ~750M (~520M active) for benchmarks only, not tests: 24
+    # layers, full attention every 4th (8 gated heads of 128, 2 KV heads, RoPE on 1/4), DeltaNet 8 key / 16
+    # value heads of 64 (llama.cpp's qwen3next wants d_k = d_v), MoE top-4 of 16 + a gated shared expert.
+    "qwen3-next-750m": lambda: qwen3_next_config(1024, 24, 151936, 8, 2, 128, 8, 16, 64, 64, 2816, 16, 4, 256, 512),
     # Qwen/Qwen3-Next-80B-A3B-Instruct (its published config.json): for `plan`, not for tests.
     "qwen3-next-80b-a3b": lambda: qwen3_next_config(2048, 48, 151936, 16, 2, 256, 16, 32, 128, 128, 5120, 512, 10,
                                                     512, 512, theta=10000000.0),
