@@ -289,6 +289,29 @@ struct Pass {
   size_t M() const { return static_cast<size_t>(B) * T; }
 };
 
+// The layer's causal conv (conv1d weight and bias) over C channels of each of the B rows, from a
+// zero state: in: (M, ld) -> out: (M, C); and its backward, dout -> din (same stride as in) and
+// the conv's weight and bias gradients.
+void conv_rows(const Pass& P, const TrainModel::Layer& L, const float* in, int ld, int C, int K, bool silu,
+               float* out) {
+  const size_t T = P.T, n = static_cast<size_t>(K - 1) * C;
+  float* state = P.ws.get(kForwardState, n);
+  for (int b = 0; b < P.B; ++b) {
+    std::fill(state, state + n, 0.0f);
+    P.ctx.ops->conv1d_causal(P.ctx, in + b * T * ld, ld, L.conv_w.p, L.conv_b.p, state, P.T, C, K, silu,
+                             out + b * T * C);
+  }
+}
+
+void conv_rows_backward(const Pass& P, const TrainModel::Layer& L, const float* in, int ld, int C, int K, bool silu,
+                        const float* dout, float* din) {
+  const size_t T = P.T;
+  const std::vector<float> zeros(static_cast<size_t>(K - 1) * C, 0.0f);
+  for (int b = 0; b < P.B; ++b)
+    P.ctx.ops->conv1d_causal_backward(P.ctx, in + b * T * ld, ld, L.conv_w.p, L.conv_b.p, zeros.data(), P.T, C, K,
+                                      silu, dout + b * T * C, din + b * T * ld, ld, L.conv_w.g, L.conv_b.g, nullptr);
+}
+
 void mamba1_forward(const Pass& P, TrainModel::Layer& L, const float* u, float* out) {
   const Mamba1Spec& s = L.spec->m1;
   const KernelContext& ctx = P.ctx;
@@ -297,12 +320,7 @@ void mamba1_forward(const Pass& P, TrainModel::Layer& L, const float* u, float* 
   float* proj = sized(L.proj, M * 2 * I);
   ctx.ops->matmul_train(ctx, view(L.in_proj.p, 2 * I, P.H), L.in_bias.p, u, static_cast<int>(M), proj);
   float* conv = sized(L.conv, M * I);
-  float* state = P.ws.get(kForwardState, static_cast<size_t>(K - 1) * I);
-  for (int b = 0; b < P.B; ++b) {
-    std::fill(state, state + static_cast<size_t>(K - 1) * I, 0.0f);
-    ctx.ops->conv1d_causal(ctx, proj + b * T * 2 * I, 2 * I, L.conv_w.p, L.conv_b.p, state, P.T, I, K, true,
-                           conv + b * T * I);
-  }
+  conv_rows(P, L, proj, 2 * I, I, K, true, conv);
   float* dbc = sized(L.dbc, M * W1);
   ctx.ops->matmul_train(ctx, view(L.x_proj.p, W1, I), nullptr, conv, static_cast<int>(M), dbc);
   float* dtl = sized(L.dtl, M * R);
@@ -355,11 +373,7 @@ void mamba1_backward(const Pass& P, TrainModel::Layer& L, const float* u, const 
   for (size_t t = 0; t < M; ++t) std::copy(ddtl + t * R, ddtl + t * R + R, ddbc + t * W1);
   ctx.ops->matmul_backward(ctx, view(L.x_proj.p, W1, I), L.conv.data(), ddbc, Mi, dconv2, L.x_proj.g, nullptr);
   add_into(dconv, dconv2, M * I);
-  const std::vector<float> zeros(static_cast<size_t>(K - 1) * I, 0.0f);
-  for (int b = 0; b < P.B; ++b)
-    ctx.ops->conv1d_causal_backward(ctx, L.proj.data() + b * T * 2 * I, 2 * I, L.conv_w.p, L.conv_b.p, zeros.data(),
-                                    P.T, I, K, true, dconv + b * T * I, dproj + b * T * 2 * I, 2 * I, L.conv_w.g,
-                                    L.conv_b.g, nullptr);
+  conv_rows_backward(P, L, L.proj.data(), 2 * I, I, K, true, dconv, dproj);
   ctx.ops->matmul_backward(ctx, view(L.in_proj.p, 2 * I, P.H), u, dproj, Mi, du, L.in_proj.g, L.in_bias.g);
 }
 
@@ -372,12 +386,7 @@ void mamba2_forward(const Pass& P, TrainModel::Layer& L, const float* u, float* 
   float* proj = sized(L.proj, M * W);
   ctx.ops->matmul_train(ctx, view(L.in_proj.p, W, P.H), L.in_bias.p, u, static_cast<int>(M), proj);
   float* conv = sized(L.conv, M * cd);
-  float* state = P.ws.get(kForwardState, static_cast<size_t>(K - 1) * cd);
-  for (int b = 0; b < P.B; ++b) {
-    std::fill(state, state + static_cast<size_t>(K - 1) * cd, 0.0f);
-    ctx.ops->conv1d_causal(ctx, proj + b * T * W + I, W, L.conv_w.p, L.conv_b.p, state, P.T, cd, K, true,
-                           conv + b * T * cd);
-  }
+  conv_rows(P, L, proj + I, W, cd, K, true, conv);
   float* dt_raw = sized(L.dt_raw, M * nh);
   for (size_t t = 0; t < M; ++t)
     for (int h = 0; h < nh; ++h) dt_raw[t * nh + h] = proj[t * W + I + cd + h] + L.dt_bias.p[h];
@@ -439,11 +448,7 @@ void mamba2_backward(const Pass& P, TrainModel::Layer& L, const float* u, const 
       dproj[t * W + I + cd + h] = d;
       L.dt_bias.g[h] += d;
     }
-  const std::vector<float> zeros(static_cast<size_t>(K - 1) * cd, 0.0f);
-  for (int b = 0; b < P.B; ++b)
-    ctx.ops->conv1d_causal_backward(ctx, L.proj.data() + b * T * W + I, W, L.conv_w.p, L.conv_b.p, zeros.data(), P.T,
-                                    cd, K, true, dconv + b * T * cd, dproj + b * T * W + I, W, L.conv_w.g, L.conv_b.g,
-                                    nullptr);
+  conv_rows_backward(P, L, L.proj.data() + I, W, cd, K, true, dconv, dproj + I);
   ctx.ops->matmul_backward(ctx, view(L.in_proj.p, W, P.H), u, dproj, Mi, du, L.in_proj.g, L.in_bias.g);
 }
 
@@ -459,12 +464,7 @@ void m2d_forward(const Pass& P, TrainModel::Layer& L, const float* u, float* out
   float* proj = sized(L.proj, M * W);
   ctx.ops->matmul_train(ctx, view(L.in_proj.p, W, P.H), L.in_bias.p, u, static_cast<int>(M), proj);
   float* conv = sized(L.conv, M * cd);
-  float* state = P.ws.get(kForwardState, static_cast<size_t>(K - 1) * cd);
-  for (int b = 0; b < P.B; ++b) {
-    std::fill(state, state + static_cast<size_t>(K - 1) * cd, 0.0f);
-    ctx.ops->conv1d_causal(ctx, proj + b * T * W, W, L.conv_w.p, L.conv_b.p, state, P.T, cd, K, s.conv_silu,
-                           conv + b * T * cd);
-  }
+  conv_rows(P, L, proj, W, cd, K, s.conv_silu, conv);
   float* la = sized(L.dt, M * nh);  // -softplus(A~)
   for (size_t t = 0; t < M; ++t) std::copy_n(proj + t * W + cd + I, nh, la + t * nh);
   ctx.ops->softplus(ctx, la, M * nh);
@@ -521,11 +521,7 @@ void m2d_backward(const Pass& P, TrainModel::Layer& L, const float* u, const flo
       const size_t a = t * W + cd + I + h;
       dproj[a] = -dla[t * nh + h] * softplus_grad(L.proj[a]);
     }
-  const std::vector<float> zeros(static_cast<size_t>(K - 1) * cd, 0.0f);
-  for (int b = 0; b < P.B; ++b)
-    ctx.ops->conv1d_causal_backward(ctx, L.proj.data() + b * T * W, W, L.conv_w.p, L.conv_b.p, zeros.data(), P.T, cd,
-                                    K, s.conv_silu, dconv + b * T * cd, dproj + b * T * W, W, L.conv_w.g, L.conv_b.g,
-                                    nullptr);
+  conv_rows_backward(P, L, L.proj.data(), W, cd, K, s.conv_silu, dconv, dproj);
   ctx.ops->matmul_backward(ctx, view(L.in_proj.p, W, P.H), u, dproj, Mi, du, L.in_proj.g, L.in_bias.g);
 }
 
