@@ -182,6 +182,12 @@ def gdn_split(qkvz, ba, nk, nv, dk, dv):
     return q, k, v, z, bag[:, :, :r].reshape(T, nv), bag[:, :, r:].reshape(T, nv)
 
 
+def _gdn_qk(q, k):
+    """q and k l2-normalised per head, x / sqrt(sum x^2 + 1e-6), and q scaled by dk^-1/2."""
+    q = q / np.sqrt(np.sum(q * q, axis=-1, keepdims=True) + 1e-6) / math.sqrt(q.shape[-1])
+    return q, k / np.sqrt(np.sum(k * k, axis=-1, keepdims=True) + 1e-6)
+
+
 def gated_delta_rule(q, k, v, g, beta, S=None):
     """The gated delta rule as its recurrence (Yang et al. 2024; Qwen3-Next's
     torch_recurrent_gated_delta_rule), one step at a time. q, k: (T, nv, dk) already per value head,
@@ -190,8 +196,7 @@ def gated_delta_rule(q, k, v, g, beta, S=None):
     o = S^T q. Returns o: (T, nv, dv) and the final S: (nv, dk, dv)."""
     T, nv, dk = q.shape
     dv = v.shape[2]
-    q = q / np.sqrt(np.sum(q * q, axis=-1, keepdims=True) + 1e-6) / math.sqrt(dk)
-    k = k / np.sqrt(np.sum(k * k, axis=-1, keepdims=True) + 1e-6)
+    q, k = _gdn_qk(q, k)
     S = np.zeros((nv, dk, dv)) if S is None else S.copy()
     o = np.zeros((T, nv, dv))
     for t in range(T):
@@ -211,8 +216,7 @@ def gated_delta_rule_chunked(q, k, v, g, beta, chunk, S=None):
     exp(c_last - c_j) k_j u_j^T. Checked against the recurrence in test_reference.py."""
     T, nv, dk = q.shape
     dv = v.shape[2]
-    q = q / np.sqrt(np.sum(q * q, axis=-1, keepdims=True) + 1e-6) / math.sqrt(dk)
-    k = k / np.sqrt(np.sum(k * k, axis=-1, keepdims=True) + 1e-6)
+    q, k = _gdn_qk(q, k)
     S = np.zeros((nv, dk, dv)) if S is None else S.copy()
     o = np.zeros((T, nv, dv))
     for h in range(nv):

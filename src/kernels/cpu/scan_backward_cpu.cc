@@ -288,12 +288,13 @@ constexpr int kSsdRows = 4;
 
 // One chunk [c0, c0 + Q) of heads [hb, he), walked back. gS: the heads' adjoint of the state so
 // far (nh, P, N); gA, gD: dA and dD so far (nh). dBp, dCp: the heads' partial dB and dC rows of the
-// chunk, (nh, chunk, N). Ss: (Q + 1) (kSsdRows, N) states; gss, xgb: (Q) per-step sums.
+// chunk, (nh, chunk, N). Ss: (Q + 1) (kSsdRows, N) states; gss, xgb: (Q) per-step sums; sd, sa:
+// (Q) each step's input scale and decay (ssd_coeffs), computed once per head for all row blocks.
 HYBRIDLM_INLINE void ssdb_chunk(const float* x, int ld_x, const float* dt, const float* A, const float* B,
                                 const float* C, int ld_bc, const float* D, const SsdDims& dm, int chunk,
                                 const float* dy, float* dxo, int ld_dx, float* ddt, const float* ckpt_c, float* gS_all,
                                 float* gA, float* gD, float* dBp, float* dCp, int c0, int Q, size_t hb, size_t he,
-                                float* Ss, float* gss, float* xgb) {
+                                float* Ss, float* gss, float* xgb, float* sd, float* sa) {
   const int nh = dm.n_heads, P = dm.head_dim, N = dm.d_state, hpg = nh / dm.n_groups;
   const size_t PN = static_cast<size_t>(P) * N, RN = static_cast<size_t>(kSsdRows) * N;
   for (size_t h = hb; h < he; ++h) {
@@ -305,20 +306,19 @@ HYBRIDLM_INLINE void ssdb_chunk(const float* x, int ld_x, const float* dt, const
     std::fill(cp0, cp0 + static_cast<size_t>(Q) * N, 0.0f);
     std::fill(gss, gss + Q, 0.0f);
     std::fill(xgb, xgb + Q, 0.0f);
+    for (int j = 0; j < Q; ++j) ssd_coeffs(dt, A, static_cast<size_t>(c0 + j), nh, h, sd[j], sa[j]);
     float sum_d = 0;
     for (int p0 = 0; p0 < P; p0 += kSsdRows) {
       const int nr = std::min(kSsdRows, P - p0);
       std::memcpy(Ss, ckpt_c + h * PN + static_cast<size_t>(p0) * N, static_cast<size_t>(nr) * N * sizeof(float));
       for (int j = 0; j < Q; ++j) {  // Ss[j + 1] = rows p0 .. p0 + nr of S_{c0 + j}
         const size_t t = static_cast<size_t>(c0 + j);
-        float d, a;
-        ssd_coeffs(dt, A, t, nh, h, d, a);
-        ssd_advance(x + t * ld_x + h * P + p0, d, a, B + t * ld_bc + g * N, nr, N, Ss + j * RN, Ss + (j + 1) * RN);
+        ssd_advance(x + t * ld_x + h * P + p0, sd[j], sa[j], B + t * ld_bc + g * N, nr, N, Ss + j * RN,
+                    Ss + (j + 1) * RN);
       }
       for (int j = Q - 1; j >= 0; --j) {
         const size_t t = static_cast<size_t>(c0 + j);
-        float d, a;
-        ssd_coeffs(dt, A, t, nh, h, d, a);
+        const float d = sd[j], a = sa[j];
         const float* xt = x + t * ld_x + h * P;
         const float* dyt = dy + t * nh * P + h * P;
         const float* Bt = B + t * ld_bc + g * N;
@@ -347,9 +347,7 @@ HYBRIDLM_INLINE void ssdb_chunk(const float* x, int ld_x, const float* dt, const
     float sum_a = 0;
     for (int j = Q - 1; j >= 0; --j) {
       const size_t t = static_cast<size_t>(c0 + j);
-      float d, a;
-      ssd_coeffs(dt, A, t, nh, h, d, a);
-      const float da = a * gss[j];  // dL/d(log decay): <dL/dS_t, a S_{t-1}>
+      const float d = sd[j], da = sa[j] * gss[j];  // dL/d(log decay): <dL/dS_t, a S_{t-1}>
       ddt[t * nh + h] = A ? xgb[j] + A[h] * da : da;
       sum_a += d * da;
       float* bp = bp0 + static_cast<size_t>(j) * N;
@@ -445,11 +443,11 @@ void ssd_backward(const KernelContext& ctx, const float* x, int ld_x, const floa
   for (int c = n_chunks - 1; c >= 0; --c) {
     const int c0 = c * chunk, Q = std::min(chunk, T - c0);
     parallel(ctx, static_cast<size_t>(nh), 1, [&](size_t b, size_t e) {
-      ScratchFrame body(ctx);  // a row block's states over the chunk, then the per-step sums
-      float* Ss = body.take(states + 2 * static_cast<size_t>(chunk));
+      ScratchFrame body(ctx);  // a row block's states over the chunk, per-step sums, coefficients
+      float* Ss = body.take(states + 4 * static_cast<size_t>(chunk));
       ssdb_chunk_loops_dispatch(x, ld_x, dt, A, B, C, ld_bc, D, dims, chunk, dy, dx, ld_dx, ddt,
                                 ckpt + static_cast<size_t>(c) * nh * PN, gS, gA, gD, dBp, dCp, c0, Q, b, e, Ss,
-                                Ss + states, Ss + states + chunk);
+                                Ss + states, Ss + states + chunk, Ss + states + 2 * chunk, Ss + states + 3 * chunk);
     });
     // The chunk's dB, dC rows: each group's heads' partials added in head order.
     parallel(ctx, static_cast<size_t>(Q), 8, [&](size_t jb, size_t je) {
@@ -509,7 +507,7 @@ ScratchNeed scan_backward_scratch(const KernelLimits& lim) {
     const size_t P = static_cast<size_t>(lim.head_dim), nh = (I + P - 1) / P;
     const size_t lo = static_cast<size_t>(std::max(1, lim.ssd_chunk_min > 0 ? lim.ssd_chunk_min : lim.ssd_chunk));
     const size_t hi = static_cast<size_t>(lim.ssd_chunk);
-    const size_t worker = R::rounded((std::min(hi, T) + 1) * kSsdRows * N + 2 * hi);
+    const size_t worker = R::rounded((std::min(hi, T) + 1) * kSsdRows * N + 4 * hi);
     const size_t caller = R::rounded(((T + lo - 1) / lo) * nh * P * N) + R::rounded(nh * P * N) + 2 * R::rounded(nh) +
                           2 * R::rounded(nh * hi * N);
     need = most(need, {caller + worker, worker});
