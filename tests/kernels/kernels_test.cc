@@ -1211,7 +1211,9 @@ TEST_F(Kernels, AttentionMatchesRefAndDenseSoftmax) {
                         {"decode at a page boundary", 32, 1, 4, 2, 16, 16},
                         {"decode one past a boundary", 33, 1, 4, 4, 8, 16},
                         {"continuation chunk over 300 keys, MQA, pages of 5", 270, 40, 3, 1, 24, 5},
-                        {"block size 1", 3, 4, 2, 1, 8, 1}};
+                        {"block size 1", 3, 4, 2, 1, 8, 1},
+                        {"decode over 1000 keys, 12 query heads on one KV head (two items)", 999, 1, 12, 1, 64, 16},
+                        {"head_dim 256, GQA 16:2, queries across a tile boundary", 60, 8, 16, 2, 256, 32}};
   for (const Case& c : cases) {
     SCOPED_TRACE(c.label);
     PagedFixture f(c.pos0 + c.T, c.block, c.kv_heads, c.hd, 50);

@@ -2,7 +2,8 @@
 // cache (f32, bf16 or f16; online softmax over tiles of keys, so memory stays O(head_dim) per
 // query), and the feed-forward activations. Work items are (query, head) pairs or rows, each
 // computed whole by one thread, so results do not depend on the thread count or on the other
-// sequences of a batch.
+// sequences of a batch. On AVX-512 attention runs attention_avx512.cc's kernel instead (one item
+// per query and KV head), where head_dim allows.
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "kernels/cpu/attention_avx512.h"
 #include "kernels/cpu/cpu_common.h"
 #include "kernels/cpu/vec_math.h"
 
@@ -156,6 +158,7 @@ void attention(const KernelContext& ctx, const float* q, int ld_q, const PagedKv
   check(kv.head_dim <= kMaxHeadDim, "attention head_dim above ", kMaxHeadDim);
   check(kv.dtype == DType::F32 || kv.dtype == DType::BF16 || kv.dtype == DType::F16,
         "attention: KV cache of dtype ", dtype_name(kv.dtype), " (F32, BF16 or F16 expected)");
+  if (simd_path() == SimdPath::Avx512 && attention_avx512(ctx, q, ld_q, kv, pos0, T, n_heads, scale, out)) return;
   parallel(ctx, static_cast<size_t>(T) * n_heads, 2, [&](size_t b, size_t e) {
     switch (kv.dtype) {
       case DType::BF16: attention_dispatch(KvBf16{}, q, ld_q, kv, pos0, n_heads, scale, out, b, e); break;

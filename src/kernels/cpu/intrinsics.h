@@ -47,4 +47,38 @@ inline __attribute__((always_inline, target("avx512f"))) void transpose16(__m512
   }
 }
 
+// exp of 16 lanes by vexp's method (vec_math.h: clamp to [-87.3, 88], 2^n p(r) with a two-part
+// ln 2 and a degree-6 polynomial), the polynomial and the reduction in FMAs; NaN stays NaN.
+inline __attribute__((always_inline, target("avx512f"))) __m512 exp16(__m512 x_in) {
+  // max/min return their second operand for a NaN first: NaN becomes -87.3 here, restored below.
+  const __m512 x = _mm512_min_ps(_mm512_max_ps(x_in, _mm512_set1_ps(-87.3f)), _mm512_set1_ps(88.0f));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.42860682030941723212e-6f),
+                                    _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x));
+  __m512 p = _mm512_set1_ps(1.0f / 720.0f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  const __m512 e = _mm512_scalef_ps(p, n);  // p 2^n in one instruction (n is whole and >= -126)
+  return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x_in, x_in, _CMP_UNORD_Q), e, x_in);
+}
+
+// Lane j of the result is the sum of v[j]'s 16 lanes: 16 horizontal sums in 15 adds and 30
+// shuffles (pairs, then quads within 128-bit lanes, then across them; not reduce16's tree).
+inline __attribute__((always_inline, target("avx512f"))) __m512 sum16x16(const __m512 (&v)[16]) {
+  __m512 a[8], b[4], c[2];
+  for (int i = 0; i < 8; ++i)  // per 128-bit lane: [v0 0+2, v1 0+2, v0 1+3, v1 1+3]
+    a[i] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]), _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]));
+  for (int i = 0; i < 4; ++i)  // per 128-bit lane: the lane's 4-sums of v[4i .. 4i + 3]
+    b[i] = _mm512_add_ps(_mm512_shuffle_ps(a[2 * i], a[2 * i + 1], 0x44), _mm512_shuffle_ps(a[2 * i], a[2 * i + 1], 0xEE));
+  for (int i = 0; i < 2; ++i)  // 128-bit lanes: [b 0+1, b 2+3] of b[2i], then of b[2i + 1]
+    c[i] = _mm512_add_ps(_mm512_shuffle_f32x4(b[2 * i], b[2 * i + 1], 0x88),
+                         _mm512_shuffle_f32x4(b[2 * i], b[2 * i + 1], 0xDD));
+  return _mm512_add_ps(_mm512_shuffle_f32x4(c[0], c[1], 0x88), _mm512_shuffle_f32x4(c[0], c[1], 0xDD));
+}
+
 }  // namespace hybridlm::cpu

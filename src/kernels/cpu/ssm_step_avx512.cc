@@ -112,26 +112,6 @@ HYBRIDLM_AVX512 void m1_step_channels(const float* x, const float* dt, const flo
   }
 }
 
-// exp of 16 lanes by vexp's method (vec_math.h: clamp to [-87.3, 88], 2^n p(r) with a two-part
-// ln 2 and a degree-6 polynomial), the polynomial and the reduction in FMAs; NaN stays NaN.
-HYBRIDLM_AVX512 HYBRIDLM_INLINE __m512 exp16(__m512 x_in) {
-  // max/min return their second operand for a NaN first: NaN becomes -87.3 here, restored below.
-  const __m512 x = _mm512_min_ps(_mm512_max_ps(x_in, _mm512_set1_ps(-87.3f)), _mm512_set1_ps(88.0f));
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  const __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.42860682030941723212e-6f),
-                                    _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x));
-  __m512 p = _mm512_set1_ps(1.0f / 720.0f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  const __m512 e = _mm512_scalef_ps(p, n);  // p 2^n in one instruction (n is whole and >= -126)
-  return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x_in, x_in, _CMP_UNORD_Q), e, x_in);
-}
-
 // The causal conv of one token (decode) with K = 4 taps, channels [cb, ce). The prefill kernel
 // (conv_channels) copies its channels' taps to (K, channels) on every call, which at decode costs
 // as much as the conv itself, once per sequence and layer in a batched step. Here the taps of 16

@@ -1,0 +1,129 @@
+// Decode attention at depth: one query per call over D cached keys (bf16 pages of 16 tokens, as
+// the cache stores them by default), cpu::attention against a plain read of the same K and V
+// bytes measured in the same run (a 4-accumulator AVX-512 sum over the rows, the memory-speed
+// floor of the step; the cache is far larger than L2 from D = 4K on these shapes). Shapes: the
+// attention layers of the granite-4.0-h-350m preset (12 query heads on 4 KV heads of 64), of a
+// Llama-3-8B-like layer (32 on 8 of 128) and of qwen3-next (16 on 2 of 256).
+//
+//   build/bench_attention [-t 2] [-r 20] [-d 1024,16384,65536]
+//
+// Prints microseconds per call (the best of -r after a warm-up), the GB/s of K and V read, and
+// the ratio to the read floor. Speed only: never run by ctest. HYBRIDLM_CPU_PATH=avx2 runs the
+// portable kernel instead of the AVX-512 one.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include "base/huge_alloc.h"
+#include "base/thread_pool.h"
+#include "kernels/cpu/intrinsics.h"
+#include "kernels/kernels.h"
+
+namespace {
+
+using hybridlm::KernelContext;
+using hybridlm::PagedKv;
+using hybridlm::ThreadPool;
+
+double best_us(int reps, const std::function<void()>& fn) {
+  fn();
+  double best = 1e30;
+  for (int r = 0; r < reps; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    fn();
+    best = std::min(best, std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return best;
+}
+
+// The 16-bit elements of K and V in blocks [b, e) of 32, read in 64-byte vectors and summed as
+// ints with 4 accumulators (the read floor of an attention call).
+__attribute__((target("avx512f"))) float read_blocks(const uint16_t* k, const uint16_t* v, size_t b, size_t e) {
+  __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
+  size_t i = b;
+  for (; i + 2 <= e; i += 2) {
+    a0 = _mm512_add_epi32(a0, _mm512_loadu_si512(k + 32 * i));
+    a1 = _mm512_add_epi32(a1, _mm512_loadu_si512(v + 32 * i));
+    a2 = _mm512_add_epi32(a2, _mm512_loadu_si512(k + 32 * i + 32));
+    a3 = _mm512_add_epi32(a3, _mm512_loadu_si512(v + 32 * i + 32));
+  }
+  for (; i < e; ++i) {
+    a0 = _mm512_add_epi32(a0, _mm512_loadu_si512(k + 32 * i));
+    a1 = _mm512_add_epi32(a1, _mm512_loadu_si512(v + 32 * i));
+  }
+  return static_cast<float>(_mm512_reduce_add_epi32(_mm512_add_epi32(_mm512_add_epi32(a0, a1), _mm512_add_epi32(a2, a3))));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int threads = 2, reps = 20;
+  std::string depths = "1024,4096,16384,65536";
+  for (int c; (c = getopt(argc, argv, "t:r:d:")) != -1;) {
+    if (c == 't') threads = std::atoi(optarg);
+    else if (c == 'r') reps = std::atoi(optarg);
+    else if (c == 'd') depths = optarg;
+    else {
+      std::fprintf(stderr, "usage: %s [-t threads] [-r reps] [-d depth,depth,...]\n", argv[0]);
+      return 2;
+    }
+  }
+  ThreadPool pool(threads);
+  const KernelContext ctx{&pool};
+  struct Shape { const char* name; int heads, kv_heads, hd; };
+  const Shape shapes[] = {{"granite-4.0-h-350m 12:4x64", 12, 4, 64},
+                          {"llama-3-8b 32:8x128", 32, 8, 128},
+                          {"qwen3-next 16:2x256", 16, 2, 256}};
+  std::printf("| shape | depth | KV MiB | attention us | GB/s | read floor us | attention / floor |\n");
+  std::printf("|---|---|---|---|---|---|---|\n");
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> sink(256);
+  for (const Shape& s : shapes) {
+    size_t pos = 0;
+    while (pos < depths.size()) {
+      const size_t comma = std::min(depths.find(',', pos), depths.size());
+      const int D = std::atoi(depths.substr(pos, comma - pos).c_str());
+      pos = comma + 1;
+      const int block = 16, n_pages = (D + block - 1) / block;
+      const size_t row = static_cast<size_t>(s.kv_heads) * s.hd, elems = static_cast<size_t>(n_pages) * block * row;
+      std::vector<uint16_t, hybridlm::HugePageAllocator<uint16_t>> k(elems), v(elems);
+      for (size_t i = 0; i < elems; ++i) {
+        k[i] = static_cast<uint16_t>(0x3f00 + (rng() & 0xff));  // bf16 values in [0.5, 1)
+        v[i] = static_cast<uint16_t>(0x3f00 + (rng() & 0xff));
+      }
+      std::vector<int32_t> table(n_pages);
+      for (int p = 0; p < n_pages; ++p) table[p] = p;
+      std::shuffle(table.begin(), table.end(), rng);
+      PagedKv kv;
+      kv.k = k.data();
+      kv.v = v.data();
+      kv.pages = table.data();
+      kv.block_size = block;
+      kv.n_kv_heads = s.kv_heads;
+      kv.head_dim = s.hd;
+      kv.page_stride = static_cast<size_t>(block) * row;
+      kv.dtype = hybridlm::DType::BF16;
+      std::vector<float> q(static_cast<size_t>(s.heads) * s.hd), out(q.size());
+      for (float& x : q) x = 0.1f * nd(rng);
+      const double us = best_us(reps, [&] {
+        hybridlm::cpu::attention(ctx, q.data(), s.heads * s.hd, kv, D - 1, 1, s.heads, 0.125f, out.data());
+      });
+      const size_t bytes = 2 * static_cast<size_t>(D) * row * 2;
+      const double floor_us = best_us(reps, [&] {
+        pool.parallel_for(elems / 32, [&](size_t b, size_t e) { sink[b % sink.size()] += read_blocks(k.data(), v.data(), b, e); });
+      });
+      std::printf("| %s | %d | %.1f | %.1f | %.1f | %.1f | %.2f |\n", s.name, D, bytes / 1048576.0, us,
+                  bytes / us / 1e3, floor_us, us / floor_us);
+      std::fflush(stdout);
+    }
+  }
+  return sink[0] == 12345.0f ? 1 : 0;
+}

@@ -1,0 +1,13 @@
+// Causal attention over the paged KV cache on AVX-512, see attention_avx512.cc.
+#pragma once
+
+#include "kernels/kernels.h"
+
+namespace hybridlm::cpu {
+
+// cpu::attention's contract (f32, bf16 or f16 pages). Returns false, having done nothing, unless
+// head_dim is a multiple of 32 and at most 256.
+bool attention_avx512(const KernelContext& ctx, const float* q, int ld_q, const PagedKv& kv, int pos0, int T,
+                      int n_heads, float scale, float* out);
+
+}  // namespace hybridlm::cpu
