@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "base/error.h"
+#include "base/huge_alloc.h"
 
 namespace hybridlm {
 
@@ -21,8 +22,9 @@ const char* layer_cache_kind_name(LayerCacheKind k) {
 
 // The KV pages of every attention layer. Page p of layer l holds K then V, each (block_size,
 // n_kv_heads, head_dim), in elements of `dtype` (F32, BF16 or F16). One page id names the same
-// token range in every layer, so a sequence needs one block table for all layers. Storage comes
-// from calloc: pages are zero and the OS backs them with memory only when first written.
+// token range in every layer, so a sequence needs one block table for all layers. Storage is a
+// LazyHugeBuffer: pages are zero, the OS backs them with memory only when first written, and in
+// 2 MiB pages where it can (attention at long context reads rows from pages all over the pool).
 class KvPagePool {
  public:
   KvPagePool(const std::vector<KvLayerSpec>& layers, int block_size, int n_pages, DType dtype)
@@ -34,8 +36,8 @@ class KvPagePool {
       L.v_offset = half;
       check(n_pages == 0 || L.page_elems <= (size_t{1} << 40) / static_cast<size_t>(n_pages),
             "KV cache of ", n_pages, " pages x ", L.page_elems, " values is too large");
-      L.data.reset(static_cast<uint8_t*>(std::calloc(std::max<size_t>(1, L.page_elems * n_pages), elem_bytes_)));
-      check(L.data != nullptr, "cannot allocate the KV cache (", n_pages, " pages)");
+      L.data = LazyHugeBuffer(L.page_elems * n_pages * elem_bytes_);
+      check(L.data.data() != nullptr, "cannot allocate the KV cache (", n_pages, " pages)");
       layers_.push_back(std::move(L));
     }
     for (int p = n_pages - 1; p >= 0; --p) free_.push_back(p);
@@ -57,22 +59,19 @@ class KvPagePool {
   void copy(int src, int dst) {
     for (Layer& L : layers_) {
       const size_t page_bytes = L.page_elems * elem_bytes_;
-      std::memcpy(L.data.get() + static_cast<size_t>(dst) * page_bytes, L.data.get() + static_cast<size_t>(src) * page_bytes,
-                  page_bytes);
+      std::memcpy(L.data.data() + static_cast<size_t>(dst) * page_bytes,
+                  L.data.data() + static_cast<size_t>(src) * page_bytes, page_bytes);
     }
   }
   PagedKv view(int layer, int block_size, const KvLayerSpec& spec, const int32_t* pages) {
     Layer& L = layers_[layer];
-    return {L.data.get(), L.data.get() + L.v_offset * elem_bytes_, pages, block_size, spec.n_kv_heads, spec.head_dim,
+    return {L.data.data(), L.data.data() + L.v_offset * elem_bytes_, pages, block_size, spec.n_kv_heads, spec.head_dim,
             L.page_elems, dtype_};
   }
 
  private:
-  struct Free {
-    void operator()(uint8_t* p) const { std::free(p); }
-  };
   struct Layer {
-    std::unique_ptr<uint8_t[], Free> data;
+    LazyHugeBuffer data;
     size_t page_elems = 0, v_offset = 0;  // in elements
   };
   DType dtype_;
