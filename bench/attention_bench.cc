@@ -61,17 +61,58 @@ __attribute__((target("avx512f"))) float read_blocks(const uint16_t* k, const ui
   return static_cast<float>(_mm512_reduce_add_epi32(_mm512_add_epi32(_mm512_add_epi32(a0, a1), _mm512_add_epi32(a2, a3))));
 }
 
+// bf16 K and V pages for D tokens of one layer, pages shuffled in the pool as a cache's are.
+struct Pages {
+  Pages(int D, int kv_heads, int hd, std::mt19937& rng) {
+    const int block = 16, n_pages = (D + block - 1) / block;
+    const size_t row = static_cast<size_t>(kv_heads) * hd;
+    elems = static_cast<size_t>(n_pages) * block * row;
+    k.resize(elems);
+    v.resize(elems);
+    for (size_t i = 0; i < elems; ++i) {
+      k[i] = static_cast<uint16_t>(0x3f00 + (rng() & 0xff));  // bf16 values in [0.5, 1)
+      v[i] = static_cast<uint16_t>(0x3f00 + (rng() & 0xff));
+    }
+    table.resize(n_pages);
+    for (int p = 0; p < n_pages; ++p) table[p] = p;
+    std::shuffle(table.begin(), table.end(), rng);
+    kv.k = k.data();
+    kv.v = v.data();
+    kv.pages = table.data();
+    kv.block_size = block;
+    kv.n_kv_heads = kv_heads;
+    kv.head_dim = hd;
+    kv.page_stride = static_cast<size_t>(block) * row;
+    kv.dtype = hybridlm::DType::BF16;
+  }
+  size_t elems = 0;
+  std::vector<uint16_t, hybridlm::HugePageAllocator<uint16_t>> k, v;
+  std::vector<int32_t> table;
+  PagedKv kv;
+};
+
+std::vector<int> parse_list(const std::string& s) {
+  std::vector<int> out;
+  for (size_t pos = 0; pos < s.size();) {
+    const size_t comma = std::min(s.find(',', pos), s.size());
+    if (comma > pos) out.push_back(std::atoi(s.substr(pos, comma - pos).c_str()));
+    pos = comma + 1;
+  }
+  return out;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   int threads = 2, reps = 20;
-  std::string depths = "1024,4096,16384,65536";
-  for (int c; (c = getopt(argc, argv, "t:r:d:")) != -1;) {
+  std::string depths = "1024,4096,16384,65536", prompts = "2048";
+  for (int c; (c = getopt(argc, argv, "t:r:d:p:")) != -1;) {
     if (c == 't') threads = std::atoi(optarg);
     else if (c == 'r') reps = std::atoi(optarg);
     else if (c == 'd') depths = optarg;
+    else if (c == 'p') prompts = optarg;
     else {
-      std::fprintf(stderr, "usage: %s [-t threads] [-r reps] [-d depth,depth,...]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [-t threads] [-r reps] [-d depth,...] [-p prompt,...]\n", argv[0]);
       return 2;
     }
   }
@@ -81,49 +122,43 @@ int main(int argc, char** argv) {
   const Shape shapes[] = {{"granite-4.0-h-350m 12:4x64", 12, 4, 64},
                           {"llama-3-8b 32:8x128", 32, 8, 128},
                           {"qwen3-next 16:2x256", 16, 2, 256}};
-  std::printf("| shape | depth | KV MiB | attention us | GB/s | read floor us | attention / floor |\n");
-  std::printf("|---|---|---|---|---|---|---|\n");
   std::mt19937 rng(7);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   std::vector<float> sink(256);
-  for (const Shape& s : shapes) {
-    size_t pos = 0;
-    while (pos < depths.size()) {
-      const size_t comma = std::min(depths.find(',', pos), depths.size());
-      const int D = std::atoi(depths.substr(pos, comma - pos).c_str());
-      pos = comma + 1;
-      const int block = 16, n_pages = (D + block - 1) / block;
-      const size_t row = static_cast<size_t>(s.kv_heads) * s.hd, elems = static_cast<size_t>(n_pages) * block * row;
-      std::vector<uint16_t, hybridlm::HugePageAllocator<uint16_t>> k(elems), v(elems);
-      for (size_t i = 0; i < elems; ++i) {
-        k[i] = static_cast<uint16_t>(0x3f00 + (rng() & 0xff));  // bf16 values in [0.5, 1)
-        v[i] = static_cast<uint16_t>(0x3f00 + (rng() & 0xff));
-      }
-      std::vector<int32_t> table(n_pages);
-      for (int p = 0; p < n_pages; ++p) table[p] = p;
-      std::shuffle(table.begin(), table.end(), rng);
-      PagedKv kv;
-      kv.k = k.data();
-      kv.v = v.data();
-      kv.pages = table.data();
-      kv.block_size = block;
-      kv.n_kv_heads = s.kv_heads;
-      kv.head_dim = s.hd;
-      kv.page_stride = static_cast<size_t>(block) * row;
-      kv.dtype = hybridlm::DType::BF16;
+  std::printf("Decode: one query over D keys\n\n");
+  std::printf("| shape | depth | KV MiB | attention us | GB/s | read floor us | attention / floor |\n");
+  std::printf("|---|---|---|---|---|---|---|\n");
+  for (const Shape& s : shapes)
+    for (int D : parse_list(depths)) {
+      Pages pg(D, s.kv_heads, s.hd, rng);
       std::vector<float> q(static_cast<size_t>(s.heads) * s.hd), out(q.size());
       for (float& x : q) x = 0.1f * nd(rng);
       const double us = best_us(reps, [&] {
-        hybridlm::cpu::attention(ctx, q.data(), s.heads * s.hd, kv, D - 1, 1, s.heads, 0.125f, out.data());
+        hybridlm::cpu::attention(ctx, q.data(), s.heads * s.hd, pg.kv, D - 1, 1, s.heads, 0.125f, out.data());
       });
-      const size_t bytes = 2 * static_cast<size_t>(D) * row * 2;
+      const size_t bytes = 2 * static_cast<size_t>(D) * s.kv_heads * s.hd * 2;
       const double floor_us = best_us(reps, [&] {
-        pool.parallel_for(elems / 32, [&](size_t b, size_t e) { sink[b % sink.size()] += read_blocks(k.data(), v.data(), b, e); });
+        pool.parallel_for(pg.elems / 32, [&](size_t b, size_t e) {
+          sink[b % sink.size()] += read_blocks(pg.k.data(), pg.v.data(), b, e);
+        });
       });
       std::printf("| %s | %d | %.1f | %.1f | %.1f | %.1f | %.2f |\n", s.name, D, bytes / 1048576.0, us,
                   bytes / us / 1e3, floor_us, us / floor_us);
       std::fflush(stdout);
     }
-  }
+  std::printf("\nPrefill: P queries from an empty cache (causal; P (P + 1) / 2 keys per head)\n\n");
+  std::printf("| shape | prompt | attention ms | GFLOP/s (4 hd per key and head) |\n|---|---|---|---|\n");
+  for (const Shape& s : shapes)
+    for (int P : parse_list(prompts)) {
+      Pages pg(P, s.kv_heads, s.hd, rng);
+      std::vector<float> q(static_cast<size_t>(P) * s.heads * s.hd), out(q.size());
+      for (float& x : q) x = 0.1f * nd(rng);
+      const double us = best_us(std::max(1, reps / 10), [&] {
+        hybridlm::cpu::attention(ctx, q.data(), s.heads * s.hd, pg.kv, 0, P, s.heads, 0.125f, out.data());
+      });
+      const double flops = 4.0 * s.hd * s.heads * (static_cast<double>(P) * (P + 1) / 2);
+      std::printf("| %s | %d | %.1f | %.1f |\n", s.name, P, us / 1e3, flops / us / 1e3);
+      std::fflush(stdout);
+    }
   return sink[0] == 12345.0f ? 1 : 0;
 }

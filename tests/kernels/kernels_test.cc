@@ -1288,20 +1288,24 @@ TEST_F(Kernels, AttentionOverBf16AndF16KvPages) {
 // single-query calls at positions pos0, pos0 + 1, ... give (each (query, head) is computed whole,
 // over the same key tiles).
 TEST_F(Kernels, AttentionOneCallEqualsOneQueryAtATime) {
-  const int pos0 = 70, T = 23, heads = 4, kv_heads = 2, hd = 32, block = 16;
-  for (DType dt : {DType::F32, DType::BF16, DType::F16}) {
-    SCOPED_TRACE(dtype_name(dt));
-    PagedFixture f(pos0 + T, block, kv_heads, hd, 53, dt);
-    const int ld = heads * hd;
-    auto q = randn(static_cast<size_t>(T) * ld, 54, 0.5f);
-    const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-    std::vector<float> all(static_cast<size_t>(T) * ld), one(all.size());
-    cpu::attention(ctx, q.data(), ld, f.kv, pos0, T, heads, scale, all.data());
-    for (int t = 0; t < T; ++t)
-      cpu::attention(ctx, q.data() + static_cast<size_t>(t) * ld, ld, f.kv, pos0 + t, 1, heads, scale,
-                     one.data() + static_cast<size_t>(t) * ld);
-    EXPECT_EQ(all, one);
-  }
+  const int T = 23, heads = 4, kv_heads = 2, block = 16;
+  // AVX-512: value pieces of 32 and of 64 per pass in prefill blocks; from 62, the first query's
+  // keys end one short of a 64-key tile that the block's later queries reach.
+  for (int hd : {32, 128})
+    for (int pos0 : {62, 70})
+      for (DType dt : {DType::F32, DType::BF16, DType::F16}) {
+        SCOPED_TRACE(std::string(dtype_name(dt)) + " head_dim " + std::to_string(hd) + " from " + std::to_string(pos0));
+        PagedFixture f(pos0 + T, block, kv_heads, hd, 53, dt);
+        const int ld = heads * hd;
+        auto q = randn(static_cast<size_t>(T) * ld, 54, 0.5f);
+        const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+        std::vector<float> all(static_cast<size_t>(T) * ld), one(all.size());
+        cpu::attention(ctx, q.data(), ld, f.kv, pos0, T, heads, scale, all.data());
+        for (int t = 0; t < T; ++t)
+          cpu::attention(ctx, q.data() + static_cast<size_t>(t) * ld, ld, f.kv, pos0 + t, 1, heads, scale,
+                         one.data() + static_cast<size_t>(t) * ld);
+        EXPECT_EQ(all, one);
+      }
 }
 
 // Storing a row rounds each value to the page dtype to nearest even (tensor/dtype.h), loading

@@ -2,20 +2,21 @@
 // every query reads all of its sequence's keys and values, and a hybrid with a few attention
 // layers spends most of a 16K-context step here unless the kernel runs near memory speed.
 //
-// A work item is one query and the query heads of one KV head (up to kMaxRep of them), so each
-// key and value row comes from memory once per item, not once per query head. Rows are read in
-// place, 32 elements at a time as their even and odd elements (load32: for bf16 a shift and a
-// mask, no widened copy). Keys go in tiles of kTile with an online softmax (one rescale per tile
-// and head):
-//   scores  16 keys at a time: 16 dot products accumulated in 16 registers, then summed across
-//           lanes together (sum16x16), scaled, masked past the last key;
-//   softmax the tile's maximum, exp16 of the shifted scores, a running sum per lane;
-//   values  acc += p_j v_j over the tile, up to 128 accumulators (8 registers) at a time.
+// A work item is a block of up to kQb consecutive queries (one in decode) and the query heads of
+// one KV head (up to kMaxRep of them), so each key and value row comes from memory once per item,
+// not once per query and head. Rows are read in place, 32 elements at a time as their even and
+// odd elements (load32: for bf16 a shift and a mask, no widened copy). Keys go in tiles of kTile
+// with an online softmax (one rescale per tile, query and head):
+//   scores  16 dot products in 16 registers (16 keys of one query in decode, 4 keys of 4
+//           queries in a block), then summed across lanes together (sum16x16), scaled;
+//   softmax per query: masked past its last key, the tile's maximum, exp16 of the shifted
+//           scores, a running sum per lane;
+//   values  acc += p_j v_j over the tile, each value row widened once for the block.
 // Rows are found by walking the page table (no division per key), and the next tile's rows are
-// prefetched. An item's arithmetic does not depend on which other queries or heads share its call
-// or thread, so one call for T queries gives bitwise what T single-query calls give, at any
-// thread count; f32 and f16 rows are put in the same even/odd order, so pages of any dtype that
-// hold the same values give bitwise the same result.
+// prefetched. A (query, head)'s arithmetic does not depend on which other queries or heads share
+// its item, call or thread, so one call for T queries gives bitwise what T single-query calls
+// give, at any thread count; f32 and f16 rows are put in the same even/odd order, so pages of any
+// dtype that hold the same values give bitwise the same result.
 #include "kernels/cpu/intrinsics.h"
 
 #include <algorithm>
@@ -33,6 +34,7 @@ namespace {
 
 constexpr int kTile = 64;    // keys per online-softmax tile
 constexpr int kMaxRep = 8;   // query heads per work item
+constexpr int kQb = 4;       // queries per work item (prefill)
 constexpr int kMaxHd = 256;  // the largest head_dim this kernel takes (buffers on the stack)
 
 // 32 stored elements of a row as two f32 vectors, the even-indexed elements and the odd ones.
@@ -107,126 +109,220 @@ HYBRIDLM_AVX512 HYBRIDLM_INLINE void add_values(const typename Rows::Elem* const
   for (int i = 0; i < 2 * NC; ++i) _mm512_store_ps(acc + 16 * i, a[i]);
 }
 
+// The same for the kQb queries of a block at once: each value row is widened once for all of them,
+// and query u takes rows j < nb[u] only (its own keys: the next queries' keys are past its end;
+// n_max is the largest nb).
+// Per query, the same FMAs in the same order as add_values.
+template <class Rows, int NC>
+HYBRIDLM_AVX512 HYBRIDLM_INLINE void add_values_block(const typename Rows::Elem* const* vr, int off,
+                                                      const float* const* p, const int* nb, int n_max,
+                                                      float* const* acc) {
+  __m512 a[kQb][2 * NC];
+  for (int u = 0; u < kQb; ++u)
+    for (int i = 0; i < 2 * NC; ++i) a[u][i] = _mm512_load_ps(acc[u] + 16 * i);
+  for (int j = 0; j < n_max; ++j) {
+    __m512 e[NC], o[NC];
+    for (int w = 0; w < NC; ++w) Rows::load32(vr[j] + off + 32 * w, e[w], o[w]);
+    for (int u = 0; u < kQb; ++u) {
+      if (j >= nb[u]) continue;
+      const __m512 pj = _mm512_set1_ps(p[u][j]);
+      for (int w = 0; w < NC; ++w) {
+        a[u][2 * w] = _mm512_fmadd_ps(pj, e[w], a[u][2 * w]);
+        a[u][2 * w + 1] = _mm512_fmadd_ps(pj, o[w], a[u][2 * w + 1]);
+      }
+    }
+  }
+  for (int u = 0; u < kQb; ++u)
+    for (int i = 0; i < 2 * NC; ++i) _mm512_store_ps(acc[u] + 16 * i, a[u][i]);
+}
+
+// A work item is a block of up to kQb consecutive queries and up to kMaxRep query heads of one KV
+// head. Every (query, head) is computed as if alone: its own keys, tiles from key 0, and scores,
+// probabilities and value sums by the same operations in the same order whether the block holds
+// one query (decode) or four (prefill), so the result does not depend on T or the thread count.
 template <class Rows>
-HYBRIDLM_AVX512 void attend(const float* q, int ld_q, const PagedKv& kv, int pos0, int n_heads, float scale,
+HYBRIDLM_AVX512 void attend(const float* q, int ld_q, const PagedKv& kv, int pos0, int T, int n_heads, float scale,
                             float* out, size_t ib, size_t ie) {
   using Elem = typename Rows::Elem;
   const int hd = kv.head_dim, ng = hd / 32, rep = n_heads / kv.n_kv_heads;
   const int subs = (rep + kMaxRep - 1) / kMaxRep;
-  const size_t per_query = static_cast<size_t>(kv.n_kv_heads) * subs;
+  const size_t per_block = static_cast<size_t>(kv.n_kv_heads) * subs, n_blocks = (T + kQb - 1) / kQb;
   const Elem* k_base = static_cast<const Elem*>(kv.k);
   const Elem* v_base = static_cast<const Elem*>(kv.v);
   const Elem* zero_row = reinterpret_cast<const Elem*>(kZeroRow);
-  // The item's queries and accumulators in even/odd order (per 32: the 16 even elements, then the
-  // 16 odd ones), the heads' probabilities over the tile, and the tile's K and V rows.
-  alignas(64) float qs[kMaxRep * kMaxHd], acc[kMaxRep * kMaxHd], p[kMaxRep * kTile];
+  // Per (query, head): the query and the accumulators in even/odd order (per 32 elements: the 16
+  // even ones, then the 16 odd ones), the probabilities over the tile; the scores of one head
+  // over the tile; the tile's K and V rows.
+  alignas(64) float qs[kQb * kMaxRep * kMaxHd], acc[kQb * kMaxRep * kMaxHd], p[kQb * kMaxRep * kTile];
+  alignas(64) float sc[kQb * kTile];
   const Elem* kr[kTile];
   const Elem* vr[kTile];
-  for (size_t item = ib; item < ie; ++item) {
-    const int t = static_cast<int>(item / per_query), g = static_cast<int>(item % per_query) / subs;
-    const int sub = static_cast<int>(item % per_query) % subs;
+  for (size_t i = ib; i < ie; ++i) {
+    // Blocks in the order first, last, second, second to last, ...: under causal masking a late
+    // block has more keys, and the pool hands each thread a contiguous range of items.
+    const size_t pos = i / per_block, blk = pos % 2 == 0 ? pos / 2 : n_blocks - 1 - pos / 2;
+    const int g = static_cast<int>(i % per_block) / subs, sub = static_cast<int>(i % per_block) % subs;
     const int h0 = g * rep + sub * kMaxRep, nh = std::min(kMaxRep, rep - sub * kMaxRep);
-    const int n_keys = pos0 + t + 1;
-    const float* qt = q + static_cast<size_t>(t) * ld_q + static_cast<size_t>(h0) * hd;
-    float m[kMaxRep];
-    __m512 lsum[kMaxRep];
-    for (int r = 0; r < nh; ++r) {
-      m[r] = -INFINITY;
-      lsum[r] = _mm512_setzero_ps();
-      for (int w = 0; w < ng; ++w) {
-        __m512 e, o;
-        RowsF32::load32(qt + static_cast<size_t>(r) * hd + 32 * w, e, o);
-        _mm512_store_ps(qs + r * hd + 32 * w, e);
-        _mm512_store_ps(qs + r * hd + 32 * w + 16, o);
+    const int t0 = static_cast<int>(blk) * kQb, nq = std::min(kQb, T - t0);
+    const int n_last = pos0 + t0 + nq;  // keys of the block's last query
+    float m[kQb][kMaxRep];
+    __m512 lsum[kQb][kMaxRep];
+    auto qsp = [&](int u, int r) { return qs + (u * kMaxRep + r) * hd; };
+    auto accp = [&](int u, int r) { return acc + (u * kMaxRep + r) * hd; };
+    auto pp = [&](int u, int r) { return p + (u * kMaxRep + r) * kTile; };
+    for (int u = 0; u < kQb; ++u)
+      for (int r = 0; r < nh; ++r) {
+        m[u][r] = -INFINITY;
+        lsum[u][r] = _mm512_setzero_ps();
+        // Slots past the block's queries repeat its last one (computed, never used).
+        const float* qh = q + static_cast<size_t>(t0 + std::min(u, nq - 1)) * ld_q + static_cast<size_t>(h0 + r) * hd;
+        for (int w = 0; w < ng; ++w) {
+          __m512 e, o;
+          RowsF32::load32(qh + 32 * w, e, o);
+          _mm512_store_ps(qsp(u, r) + 32 * w, e);
+          _mm512_store_ps(qsp(u, r) + 32 * w + 16, o);
+        }
+        std::memset(accp(u, r), 0, sizeof(float) * hd);
       }
-    }
-    std::memset(acc, 0, sizeof(float) * nh * hd);
     // `walk` gives the rows of the tile at hand, `ahead` those of the next one, which are
     // prefetched while this one is computed: pages lie anywhere in the pool, and the hardware
     // prefetcher loses the stream at each page (decode at 64K: 1.4x faster with it).
     RowWalk walk(kv, g), ahead(kv, g);
-    for (int j0 = 0; j0 < n_keys; j0 += kTile) {
-      const int nb = std::min(kTile, n_keys - j0), nb16 = (nb + 15) & ~15;
-      for (int j = 0; j < nb; ++j) {
+    for (int j0 = 0; j0 < n_last; j0 += kTile) {
+      const int nb_last = std::min(kTile, n_last - j0), nb16_last = (nb_last + 15) & ~15;
+      int nb[kQb];  // keys of the tile per query (0 past the block's queries)
+      for (int u = 0; u < kQb; ++u) nb[u] = u < nq ? std::clamp(pos0 + t0 + u + 1 - j0, 0, kTile) : 0;
+      for (int j = 0; j < nb_last; ++j) {
         const size_t off = walk.next();
         kr[j] = k_base + off;
         vr[j] = v_base + off;
       }
+      for (int j = nb_last; j < nb16_last; ++j) kr[j] = zero_row;
       if (j0 == 0)
-        for (int j = 0; j < nb; ++j) ahead.next();
-      for (int j = 0, n_next = std::min(kTile, n_keys - j0 - nb); j < n_next; ++j) {
+        for (int j = 0; j < nb_last; ++j) ahead.next();
+      for (int j = 0, n_next = std::min(kTile, n_last - j0 - nb_last); j < n_next; ++j) {
         const size_t off = ahead.next();
         for (size_t b = 0; b < sizeof(Elem) * hd; b += 64) {
           _mm_prefetch(reinterpret_cast<const char*>(k_base + off) + b, _MM_HINT_T0);
           _mm_prefetch(reinterpret_cast<const char*>(v_base + off) + b, _MM_HINT_T0);
         }
       }
-      for (int j = nb; j < nb16; ++j) kr[j] = zero_row;
       for (int r = 0; r < nh; ++r) {
-        const float* qh = qs + r * hd;
-        __m512 s[kTile / 16];
-        __m512 mx = _mm512_set1_ps(-INFINITY);
-        for (int b = 0; b < nb16 / 16; ++b) {
-          __m512 d[16];
-          for (int k = 0; k < 16; ++k) d[k] = _mm512_setzero_ps();
+        // Scores, scaled, into sc[u * kTile + key]: 16 dot products per lane sum (sum16x16 sums
+        // each vector by the same tree wherever it sits), 16 keys of one query in decode, 4 keys
+        // of 4 queries in a block (each key row widened once for the 4).
+        const __m512 scale_v = _mm512_set1_ps(scale);
+        for (int b = 0; b < nb16_last / 16; ++b) {
           const Elem* const* kb = kr + 16 * b;
-          for (int w = 0; w < ng; ++w) {
-            const __m512 qe = _mm512_load_ps(qh + 32 * w), qo = _mm512_load_ps(qh + 32 * w + 16);
-            for (int k = 0; k < 16; ++k) {
-              __m512 e, o;
-              Rows::load32(kb[k] + 32 * w, e, o);
-              d[k] = _mm512_fmadd_ps(qo, o, _mm512_fmadd_ps(qe, e, d[k]));
+          if (nq == 1) {
+            __m512 d[16];
+            for (int k = 0; k < 16; ++k) d[k] = _mm512_setzero_ps();
+            const float* qh = qsp(0, r);
+            for (int w = 0; w < ng; ++w) {
+              const __m512 qe = _mm512_load_ps(qh + 32 * w), qo = _mm512_load_ps(qh + 32 * w + 16);
+              for (int k = 0; k < 16; ++k) {
+                __m512 e, o;
+                Rows::load32(kb[k] + 32 * w, e, o);
+                d[k] = _mm512_fmadd_ps(qo, o, _mm512_fmadd_ps(qe, e, d[k]));
+              }
             }
+            _mm512_store_ps(sc + 16 * b, _mm512_mul_ps(sum16x16(d), scale_v));
+            continue;
           }
-          const int valid = std::min(16, nb - 16 * b);
-          const __mmask16 live = static_cast<__mmask16>((1u << valid) - 1);
-          s[b] = _mm512_mask_blend_ps(live, _mm512_set1_ps(-INFINITY),
-                                      _mm512_mul_ps(sum16x16(d), _mm512_set1_ps(scale)));
-          mx = _mm512_max_ps(mx, s[b]);
+          for (int c = 0; c < 4; ++c) {
+            __m512 d[16];  // d[4 u + k]: query u, key 4 c + k
+            for (int k = 0; k < 16; ++k) d[k] = _mm512_setzero_ps();
+            for (int w = 0; w < ng; ++w) {
+              __m512 qe[kQb], qo[kQb];
+              for (int u = 0; u < kQb; ++u) {
+                qe[u] = _mm512_load_ps(qsp(u, r) + 32 * w);
+                qo[u] = _mm512_load_ps(qsp(u, r) + 32 * w + 16);
+              }
+              for (int k = 0; k < 4; ++k) {
+                __m512 e, o;
+                Rows::load32(kb[4 * c + k] + 32 * w, e, o);
+                for (int u = 0; u < kQb; ++u)
+                  d[4 * u + k] = _mm512_fmadd_ps(qo[u], o, _mm512_fmadd_ps(qe[u], e, d[4 * u + k]));
+              }
+            }
+            const __m512 s4 = _mm512_mul_ps(sum16x16(d), scale_v);
+            _mm_store_ps(sc + 0 * kTile + 16 * b + 4 * c, _mm512_extractf32x4_ps(s4, 0));
+            _mm_store_ps(sc + 1 * kTile + 16 * b + 4 * c, _mm512_extractf32x4_ps(s4, 1));
+            _mm_store_ps(sc + 2 * kTile + 16 * b + 4 * c, _mm512_extractf32x4_ps(s4, 2));
+            _mm_store_ps(sc + 3 * kTile + 16 * b + 4 * c, _mm512_extractf32x4_ps(s4, 3));
+          }
         }
-        const float tile_max = _mm512_reduce_max_ps(mx);
-        if (tile_max > m[r]) {  // rescale what was accumulated against the old maximum
-          const float f = m[r] == -INFINITY ? 0.0f : vexp(m[r] - tile_max);
-          const __m512 fv = _mm512_set1_ps(f);
-          lsum[r] = _mm512_mul_ps(lsum[r], fv);
-          float* a = acc + r * hd;
-          for (int i = 0; i < 2 * ng; ++i) _mm512_store_ps(a + 16 * i, _mm512_mul_ps(_mm512_load_ps(a + 16 * i), fv));
-          m[r] = tile_max;
-        }
-        const __m512 mv = _mm512_set1_ps(m[r]);
-        for (int b = 0; b < nb16 / 16; ++b) {
-          const int valid = std::min(16, nb - 16 * b);
-          const __mmask16 live = static_cast<__mmask16>((1u << valid) - 1);
-          const __m512 e = _mm512_maskz_mov_ps(live, exp16(_mm512_sub_ps(s[b], mv)));
-          lsum[r] = _mm512_add_ps(lsum[r], e);
-          _mm512_store_ps(p + r * kTile + 16 * b, e);
+        // Online softmax per query over its own keys of the tile.
+        for (int u = 0; u < nq; ++u) {
+          if (nb[u] == 0) continue;
+          __m512 s[kTile / 16];
+          __m512 mx = _mm512_set1_ps(-INFINITY);
+          for (int b = 0; b < (nb[u] + 15) / 16; ++b) {
+            const int valid = std::min(16, nb[u] - 16 * b);
+            const __mmask16 live = static_cast<__mmask16>((1u << valid) - 1);
+            s[b] = _mm512_mask_blend_ps(live, _mm512_set1_ps(-INFINITY), _mm512_load_ps(sc + u * kTile + 16 * b));
+            mx = _mm512_max_ps(mx, s[b]);
+          }
+          const float tile_max = _mm512_reduce_max_ps(mx);
+          if (tile_max > m[u][r]) {  // rescale what was accumulated against the old maximum
+            const float f = m[u][r] == -INFINITY ? 0.0f : vexp(m[u][r] - tile_max);
+            const __m512 fv = _mm512_set1_ps(f);
+            lsum[u][r] = _mm512_mul_ps(lsum[u][r], fv);
+            float* a = accp(u, r);
+            for (int v = 0; v < 2 * ng; ++v) _mm512_store_ps(a + 16 * v, _mm512_mul_ps(_mm512_load_ps(a + 16 * v), fv));
+            m[u][r] = tile_max;
+          }
+          const __m512 mv = _mm512_set1_ps(m[u][r]);
+          for (int b = 0; b < (nb[u] + 15) / 16; ++b) {
+            const int valid = std::min(16, nb[u] - 16 * b);
+            const __mmask16 live = static_cast<__mmask16>((1u << valid) - 1);
+            const __m512 e = _mm512_maskz_mov_ps(live, exp16(_mm512_sub_ps(s[b], mv)));
+            lsum[u][r] = _mm512_add_ps(lsum[u][r], e);
+            _mm512_store_ps(pp(u, r) + 16 * b, e);
+          }
         }
       }
-      for (int r = 0; r < nh; ++r)
-        for (int c = 0; c < ng; c += 4) {
-          float* a = acc + r * hd + 32 * c;
-          const Elem* vc[kTile];
-          for (int j = 0; j < nb; ++j) vc[j] = vr[j] + 32 * c;
-          switch (std::min(4, ng - c)) {
-            case 1: add_values<Rows, 1>(vc, p + r * kTile, nb, a); break;
-            case 2: add_values<Rows, 2>(vc, p + r * kTile, nb, a); break;
-            case 3: add_values<Rows, 3>(vc, p + r * kTile, nb, a); break;
-            default: add_values<Rows, 4>(vc, p + r * kTile, nb, a); break;
+      for (int r = 0; r < nh; ++r) {
+        if (nq == 1) {
+          for (int c = 0; c < ng; c += 4) {
+            const Elem* vc[kTile];
+            for (int j = 0; j < nb[0]; ++j) vc[j] = vr[j] + 32 * c;
+            float* a = accp(0, r) + 32 * c;
+            switch (std::min(4, ng - c)) {
+              case 1: add_values<Rows, 1>(vc, pp(0, r), nb[0], a); break;
+              case 2: add_values<Rows, 2>(vc, pp(0, r), nb[0], a); break;
+              case 3: add_values<Rows, 3>(vc, pp(0, r), nb[0], a); break;
+              default: add_values<Rows, 4>(vc, pp(0, r), nb[0], a); break;
+            }
           }
+          continue;
         }
+        const float* pu[kQb];
+        float* au[kQb];
+        for (int c = 0; c < ng; c += 2) {
+          for (int u = 0; u < kQb; ++u) {
+            pu[u] = pp(std::min(u, nq - 1), r);
+            au[u] = accp(u, r) + 32 * c;  // slots past nq: scratch, never read
+          }
+          if (ng - c == 1) add_values_block<Rows, 1>(vr, 32 * c, pu, nb, nb_last, au);
+          else add_values_block<Rows, 2>(vr, 32 * c, pu, nb, nb_last, au);
+        }
+      }
     }
     // Back to natural order: element 2i of a group of 32 is even lane i, 2i + 1 odd lane i.
     const __m512i lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
     const __m512i hi = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
-    float* o = out + static_cast<size_t>(t) * n_heads * hd + static_cast<size_t>(h0) * hd;
-    for (int r = 0; r < nh; ++r) {
-      const __m512 inv = _mm512_set1_ps(1.0f / reduce16(lsum[r]));
-      for (int w = 0; w < ng; ++w) {
-        const __m512 e = _mm512_mul_ps(_mm512_load_ps(acc + r * hd + 32 * w), inv);
-        const __m512 od = _mm512_mul_ps(_mm512_load_ps(acc + r * hd + 32 * w + 16), inv);
-        float* dst = o + static_cast<size_t>(r) * hd + 32 * w;
-        _mm512_storeu_ps(dst, _mm512_permutex2var_ps(e, lo, od));
-        _mm512_storeu_ps(dst + 16, _mm512_permutex2var_ps(e, hi, od));
+    for (int u = 0; u < nq; ++u) {
+      float* o = out + static_cast<size_t>(t0 + u) * n_heads * hd + static_cast<size_t>(h0) * hd;
+      for (int r = 0; r < nh; ++r) {
+        const __m512 inv = _mm512_set1_ps(1.0f / reduce16(lsum[u][r]));
+        for (int w = 0; w < ng; ++w) {
+          const __m512 e = _mm512_mul_ps(_mm512_load_ps(accp(u, r) + 32 * w), inv);
+          const __m512 od = _mm512_mul_ps(_mm512_load_ps(accp(u, r) + 32 * w + 16), inv);
+          float* dst = o + static_cast<size_t>(r) * hd + 32 * w;
+          _mm512_storeu_ps(dst, _mm512_permutex2var_ps(e, lo, od));
+          _mm512_storeu_ps(dst + 16, _mm512_permutex2var_ps(e, hi, od));
+        }
       }
     }
   }
@@ -238,12 +334,12 @@ bool attention_avx512(const KernelContext& ctx, const float* q, int ld_q, const 
                       int n_heads, float scale, float* out) {
   if (kv.head_dim % 32 != 0 || kv.head_dim > kMaxHd) return false;
   const int rep = n_heads / kv.n_kv_heads;
-  const size_t items = static_cast<size_t>(T) * kv.n_kv_heads * ((rep + kMaxRep - 1) / kMaxRep);
+  const size_t items = static_cast<size_t>((T + kQb - 1) / kQb) * kv.n_kv_heads * ((rep + kMaxRep - 1) / kMaxRep);
   parallel(ctx, items, 1, [&](size_t b, size_t e) {
     switch (kv.dtype) {
-      case DType::BF16: attend<RowsBf16>(q, ld_q, kv, pos0, n_heads, scale, out, b, e); break;
-      case DType::F16: attend<RowsF16>(q, ld_q, kv, pos0, n_heads, scale, out, b, e); break;
-      default: attend<RowsF32>(q, ld_q, kv, pos0, n_heads, scale, out, b, e); break;
+      case DType::BF16: attend<RowsBf16>(q, ld_q, kv, pos0, T, n_heads, scale, out, b, e); break;
+      case DType::F16: attend<RowsF16>(q, ld_q, kv, pos0, T, n_heads, scale, out, b, e); break;
+      default: attend<RowsF32>(q, ld_q, kv, pos0, T, n_heads, scale, out, b, e); break;
     }
   });
   return true;
