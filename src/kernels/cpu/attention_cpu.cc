@@ -39,61 +39,91 @@ struct KvF16 {
   static HYBRIDLM_INLINE float widen(uint16_t x) { return vf16_to_f32(x); }
 };
 
-// q . k for one key row: vdot for f32; for 16-bit rows the same 16 lane sums and reduction tree
-// with each key element widened as it is loaded.
-template <class Kv>
-HYBRIDLM_INLINE float dot_key(const float* q, const typename Kv::Elem* k, int n) {
-  if constexpr (std::is_same_v<Kv, KvF32>) {
-    return vdot(q, k, n);
-  } else {
-    float acc[16] = {};
-    int i = 0;
-    for (; i + 16 <= n; i += 16)
-      for (int l = 0; l < 16; ++l) acc[l] += q[i + l] * Kv::widen(k[i + l]);
-    for (int l = 0; i < n; ++i, ++l) acc[l] += q[i] * Kv::widen(k[i]);
-    for (int w = 8; w >= 1; w /= 2)
-      for (int l = 0; l < w; ++l) acc[l] += acc[l + w];
-    return acc[0];
-  }
-}
+// Query heads per work item: they share each key and value row as it is read (GQA).
+constexpr int kRepMax = 8;
+// Floats of a tile's widened K (and as many of V) rows: a tile has min(kKeyTile, this / head_dim)
+// keys.
+constexpr int kWideFloats = 16384;
 
+// An item is one query and up to kRepMax query heads of one KV head. Per tile of keys, the rows
+// are found by walking the page table and 16-bit rows widened once into f32 (f32 rows are used
+// where they lie); then per head the scores (vdot), one rescale, the exps (a loop the compiler
+// vectorises), and the value sum. Each (query, head) runs over the same tiles from key 0 whatever
+// else is in the call, so one call for T queries gives bitwise what T single-query calls give,
+// and 16-bit pages give bitwise the f32 result on the widened values.
 template <class Kv>
 HYBRIDLM_INLINE void attention_items(Kv, const float* q, int ld_q, const PagedKv& kv, int pos0, int n_heads,
                                      float scale, float* out, size_t ib, size_t ie) {
   using Elem = typename Kv::Elem;
-  const int hd = kv.head_dim, rep = n_heads / kv.n_kv_heads;
-  float acc[kMaxHeadDim];
-  float sc[kKeyTile];
+  const int hd = kv.head_dim, rep = n_heads / kv.n_kv_heads, subs = (rep + kRepMax - 1) / kRepMax;
+  const size_t per_query = static_cast<size_t>(kv.n_kv_heads) * subs, row = kv.row_elems();
+  const int tile = std::min(kKeyTile, kWideFloats / hd);
+  const Elem* k_base = static_cast<const Elem*>(kv.k);
+  const Elem* v_base = static_cast<const Elem*>(kv.v);
+  float kw[kWideFloats], vw[kWideFloats], acc[kRepMax * kMaxHeadDim], sc[kKeyTile];
+  const float* kr[kKeyTile];
+  const float* vr[kKeyTile];
   for (size_t item = ib; item < ie; ++item) {
-    const int t = static_cast<int>(item / n_heads), h = static_cast<int>(item % n_heads);
-    const float* qh = q + static_cast<size_t>(t) * ld_q + static_cast<size_t>(h) * hd;
-    const size_t kv_off = static_cast<size_t>(h / rep) * hd;
-    const int n_keys = pos0 + t + 1;
-    float m = -INFINITY, l = 0.0f;
-    for (int i = 0; i < hd; ++i) acc[i] = 0.0f;
-    for (int j0 = 0; j0 < n_keys; j0 += kKeyTile) {
-      const int nb = std::min(kKeyTile, n_keys - j0);
-      float tile_max = -INFINITY;
+    const int t = static_cast<int>(item / per_query), g = static_cast<int>(item % per_query) / subs;
+    const int h0 = g * rep + (static_cast<int>(item % per_query) % subs) * kRepMax;
+    const int nh = std::min(kRepMax, g * rep + rep - h0), n_keys = pos0 + t + 1;
+    float m[kRepMax], l[kRepMax];
+    for (int r = 0; r < nh; ++r) {
+      m[r] = -INFINITY;
+      l[r] = 0.0f;
+    }
+    std::fill(acc, acc + static_cast<size_t>(nh) * hd, 0.0f);
+    int page = 0, in_page = 0;
+    for (int j0 = 0; j0 < n_keys; j0 += tile) {
+      const int nb = std::min(tile, n_keys - j0);
       for (int j = 0; j < nb; ++j) {
-        sc[j] = dot_key<Kv>(qh, kv.k_row<Elem>(j0 + j) + kv_off, hd) * scale;
-        tile_max = std::max(tile_max, sc[j]);
+        const size_t off = static_cast<size_t>(kv.pages[page]) * kv.page_stride +
+                           static_cast<size_t>(in_page) * row + static_cast<size_t>(g) * hd;
+        if (++in_page == kv.block_size) {
+          in_page = 0;
+          ++page;
+        }
+        if constexpr (std::is_same_v<Kv, KvF32>) {
+          kr[j] = k_base + off;
+          vr[j] = v_base + off;
+        } else {
+          float* kd = kw + static_cast<size_t>(j) * hd;
+          float* vd = vw + static_cast<size_t>(j) * hd;
+          for (int i = 0; i < hd; ++i) kd[i] = Kv::widen(k_base[off + i]);
+          for (int i = 0; i < hd; ++i) vd[i] = Kv::widen(v_base[off + i]);
+          kr[j] = kd;
+          vr[j] = vd;
+        }
       }
-      if (tile_max > m) {  // rescale what was accumulated against the old maximum
-        const float r = m == -INFINITY ? 0.0f : vexp(m - tile_max);
-        l *= r;
-        for (int i = 0; i < hd; ++i) acc[i] *= r;
-        m = tile_max;
-      }
-      for (int j = 0; j < nb; ++j) {
-        const float p = vexp(sc[j] - m);
-        l += p;
-        const Elem* v = kv.v_row<Elem>(j0 + j) + kv_off;
-        for (int i = 0; i < hd; ++i) acc[i] += p * Kv::widen(v[i]);
+      for (int r = 0; r < nh; ++r) {
+        const float* qh = q + static_cast<size_t>(t) * ld_q + static_cast<size_t>(h0 + r) * hd;
+        float* a = acc + static_cast<size_t>(r) * hd;
+        float tile_max = -INFINITY;
+        for (int j = 0; j < nb; ++j) {
+          sc[j] = vdot(qh, kr[j], hd) * scale;
+          tile_max = std::max(tile_max, sc[j]);
+        }
+        if (tile_max > m[r]) {  // rescale what was accumulated against the old maximum
+          const float f = m[r] == -INFINITY ? 0.0f : vexp(m[r] - tile_max);
+          l[r] *= f;
+          for (int i = 0; i < hd; ++i) a[i] *= f;
+          m[r] = tile_max;
+        }
+        const float mr = m[r];
+        for (int j = 0; j < nb; ++j) sc[j] = vexp(sc[j] - mr);
+        for (int j = 0; j < nb; ++j) {
+          const float p = sc[j];
+          const float* v = vr[j];
+          l[r] += p;
+          for (int i = 0; i < hd; ++i) a[i] += p * v[i];
+        }
       }
     }
-    float* o = out + static_cast<size_t>(t) * n_heads * hd + static_cast<size_t>(h) * hd;
-    const float inv = 1.0f / l;
-    for (int i = 0; i < hd; ++i) o[i] = acc[i] * inv;
+    for (int r = 0; r < nh; ++r) {
+      float* o = out + static_cast<size_t>(t) * n_heads * hd + static_cast<size_t>(h0 + r) * hd;
+      const float inv = 1.0f / l[r];
+      for (int i = 0; i < hd; ++i) o[i] = acc[static_cast<size_t>(r) * hd + i] * inv;
+    }
   }
 }
 HYBRIDLM_SIMD_VARIANTS(attention, attention_items)
@@ -159,7 +189,9 @@ void attention(const KernelContext& ctx, const float* q, int ld_q, const PagedKv
   check(kv.dtype == DType::F32 || kv.dtype == DType::BF16 || kv.dtype == DType::F16,
         "attention: KV cache of dtype ", dtype_name(kv.dtype), " (F32, BF16 or F16 expected)");
   if (simd_path() == SimdPath::Avx512 && attention_avx512(ctx, q, ld_q, kv, pos0, T, n_heads, scale, out)) return;
-  parallel(ctx, static_cast<size_t>(T) * n_heads, 2, [&](size_t b, size_t e) {
+  const int rep = n_heads / kv.n_kv_heads;
+  const size_t items = static_cast<size_t>(T) * kv.n_kv_heads * ((rep + kRepMax - 1) / kRepMax);
+  parallel(ctx, items, 1, [&](size_t b, size_t e) {
     switch (kv.dtype) {
       case DType::BF16: attention_dispatch(KvBf16{}, q, ld_q, kv, pos0, n_heads, scale, out, b, e); break;
       case DType::F16: attention_dispatch(KvF16{}, q, ld_q, kv, pos0, n_heads, scale, out, b, e); break;
