@@ -1,4 +1,5 @@
-// Causal attention over the paged KV cache on AVX-512, see attention_avx512.cc.
+// Causal attention over the paged KV cache on AVX-512 (attention_avx512.cc), and its backward
+// for training (attention_backward_avx512.cc).
 #pragma once
 
 #include "kernels/kernels.h"
@@ -9,5 +10,11 @@ namespace hybridlm::cpu {
 // head_dim is a multiple of 32 and at most 256.
 bool attention_avx512(const KernelContext& ctx, const float* q, int ld_q, const PagedKv& kv, int pos0, int T,
                       int n_heads, float scale, float* out);
+
+// cpu::attention_backward's contract. Returns false, having done nothing, unless head_dim is a
+// multiple of 16 and at most 1024.
+bool attention_backward_avx512(const KernelContext& ctx, const float* q, int ld_q, const float* k, const float* v,
+                               int T, int n_heads, int n_kv_heads, int head_dim, float scale, const float* dout,
+                               float* dq, float* dk, float* dv);
 
 }  // namespace hybridlm::cpu

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "kernels/cpu/attention_avx512.h"
 #include "kernels/cpu/cpu_common.h"
 #include "kernels/cpu/vec_math.h"
 
@@ -181,6 +182,9 @@ void attention_backward(const KernelContext& ctx, const float* q, int ld_q, cons
   check(head_dim <= kMaxHeadDim, "attention head_dim above ", kMaxHeadDim);
   check(n_kv_heads > 0 && n_heads % n_kv_heads == 0, "attention_backward: ", n_heads, " heads over ", n_kv_heads,
         " KV heads");
+  if (simd_path() == SimdPath::Avx512 &&
+      attention_backward_avx512(ctx, q, ld_q, k, v, T, n_heads, n_kv_heads, head_dim, scale, dout, dq, dk, dv))
+    return;
   // By KV head: all the query heads of one KV head on one thread, so dk and dv have one writer.
   parallel(ctx, static_cast<size_t>(n_kv_heads), 1, [&](size_t gb, size_t ge) {
     std::vector<float> p(static_cast<size_t>(T)), dp(static_cast<size_t>(T));

@@ -1,9 +1,10 @@
 // Builds for CPUs other than x86-64 (aarch64): CMakeLists.txt compiles this file in place of the
-// AVX-512 kernel files (attention_avx512.cc, gemm_cpu.cc, matmul_avx512.cc, ssd_avx512.cc,
-// ssm_step_avx512.cc), and simd_path() is always Portable there, so the kernels' dispatch never
-// calls them. Their entry points are defined here so that the dispatching code links unchanged:
-// those that may decline a call decline every call (false: the caller runs the portable loops);
-// the others stop the program, as reaching one would be a dispatch bug.
+// AVX-512 kernel files (attention_avx512.cc, attention_backward_avx512.cc, gemm_cpu.cc,
+// gemm_train_avx512.cc, matmul_avx512.cc, ssd_avx512.cc, ssm_step_avx512.cc), and simd_path() is
+// always Portable there, so the kernels' dispatch never calls them. Their entry points are defined
+// here so that the dispatching code links unchanged: those that may decline a call decline every
+// call (false: the caller runs the portable loops); the others stop the program, as reaching one
+// would be a dispatch bug.
 #if defined(__x86_64__)
 #error "no_avx512.cc is for builds without the x86-64 kernel files (see CMakeLists.txt)"
 #endif
@@ -27,6 +28,11 @@ namespace {
 }  // namespace
 
 bool attention_avx512(const KernelContext&, const float*, int, const PagedKv&, int, int, int, float, float*) {
+  return false;
+}
+
+bool attention_backward_avx512(const KernelContext&, const float*, int, const float*, const float*, int, int, int, int,
+                               float, const float*, float*, float*, float*) {
   return false;
 }
 
