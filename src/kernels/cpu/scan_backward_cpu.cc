@@ -210,7 +210,7 @@ HYBRIDLM_SIMD_VARIANTS(m1b_seg, m1b_segment)
 // Every decay factor is a sum of log-decays over the steps it spans (never a difference of two
 // cumulative sums), so strong decay loses no precision. The chunk of the backward is its own
 // (at most kSsdBwdChunk): the result does not depend on it beyond rounding.
-constexpr int kSsdBwdChunk = 64;
+constexpr int kSsdBwdChunk = 32;
 constexpr int kMmCols = 32;  // columns of a product's register tile
 constexpr int kMmRows = 4;   // its rows
 
