@@ -2,9 +2,11 @@
 //
 // Memory: the state is saved only at checkpoints (every kM1Interval steps for Mamba-1, at each
 // chunk boundary for the SSD), O(T / interval) states. The backward walks the segments last to
-// first: each thread reruns the forward over its segment from the checkpoint, keeping that
-// segment's states (interval + 1 of them, per thread), then walks them back in time carrying the
-// adjoint of the state, which it hands on to the previous segment.
+// first, carrying the adjoint of the state, which each segment hands on to the one before.
+// Mamba-1: each thread reruns the forward over its segment from the checkpoint, keeping that
+// segment's states (interval + 1 of them, per thread), then walks them back in time. The SSD: a
+// chunk's gradients are matrix products of its inputs with the entry state and the adjoint
+// leaving it (no per-step states; see "---- SSD" below).
 //
 // Threads split Mamba-1's channels (in blocks of 16, one per vector lane, the state transposed to
 // (N, 16) as in the forward) and the SSD's heads. dB and dC are sums over all channels (over the
