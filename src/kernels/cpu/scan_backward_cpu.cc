@@ -332,35 +332,31 @@ HYBRIDLM_INLINE void ssd_decays(const float* dt, const float* A, int c0, int Q, 
   for (int j = 0; j < Q; ++j) e[j] = vexp(e[j]), eo[j] = vexp(eo[j]);
 }
 
-// The state entering every chunk, for heads [hb, he): ckpt[(c * nh + h) * P * N]. bw: (Q, N)
-// scratch (eo_j d_j B_j), v: 4 x Q.
+// The state entering every chunk of head h: ckpt[c * P * N]. bw: (chunk, N) scratch
+// (eo_j d_j B_j), v: 4 x chunk.
 HYBRIDLM_INLINE void ssdb_checkpoints(const float* x, int ld_x, const float* dt, const float* A, const float* B,
-                                      int ld_bc, const SsdDims& dm, int chunk, const float* S0, int T, float* ckpt,
-                                      size_t hb, size_t he, float* bw, float* v) {
+                                      int ld_bc, const SsdDims& dm, int chunk, const float* S0, int T, size_t h,
+                                      float* ckpt, float* bw, float* v) {
   const int nh = dm.n_heads, P = dm.head_dim, N = dm.d_state, hpg = nh / dm.n_groups;
-  const size_t PN = static_cast<size_t>(P) * N;
+  const size_t PN = static_cast<size_t>(P) * N, g = h / hpg;
   const int n_chunks = (T + chunk - 1) / chunk;
   float *la = v, *d = v + chunk, *e = v + 2 * chunk, *eo = v + 3 * chunk;
-  for (size_t h = hb; h < he; ++h) {
-    const size_t g = h / hpg;
-    float* S = ckpt + h * PN;
-    if (S0) std::memcpy(S, S0 + h * PN, PN * sizeof(float));
-    else std::fill(S, S + PN, 0.0f);
-    for (int c = 0; c + 1 < n_chunks; ++c) {
-      const int c0 = c * chunk;  // a full chunk: only the last may be shorter
-      ssd_decays(dt, A, c0, chunk, nh, h, la, d, e, eo);
-      for (int j = 0; j < chunk; ++j) {
-        const float w = eo[j] * d[j];
-        const float* Bj = B + static_cast<size_t>(c0 + j) * ld_bc + g * N;
-        for (int n = 0; n < N; ++n) bw[j * N + n] = w * Bj[n];
-      }
-      float* Sn = ckpt + (static_cast<size_t>(c + 1) * nh + h) * PN;
-      const float el = e[chunk - 1];
-      for (size_t i = 0; i < PN; ++i) Sn[i] = el * S[i];
-      // S_out[p, n] += sum_j x_j[p] (eo_j d_j B_j[n])
-      mm(P, N, chunk, x + static_cast<size_t>(c0) * ld_x + h * P, 1, ld_x, bw, N, nullptr, Sn, N, true);
-      S = Sn;
+  if (S0) std::memcpy(ckpt, S0 + h * PN, PN * sizeof(float));
+  else std::fill(ckpt, ckpt + PN, 0.0f);
+  for (int c = 0; c + 1 < n_chunks; ++c) {
+    const int c0 = c * chunk;  // a full chunk: only the last may be shorter
+    ssd_decays(dt, A, c0, chunk, nh, h, la, d, e, eo);
+    for (int j = 0; j < chunk; ++j) {
+      const float w = eo[j] * d[j];
+      const float* Bj = B + static_cast<size_t>(c0 + j) * ld_bc + g * N;
+      for (int n = 0; n < N; ++n) bw[j * N + n] = w * Bj[n];
     }
+    const float* S = ckpt + static_cast<size_t>(c) * PN;
+    float* Sn = ckpt + static_cast<size_t>(c + 1) * PN;
+    const float el = e[chunk - 1];
+    for (size_t i = 0; i < PN; ++i) Sn[i] = el * S[i];
+    // S_out[p, n] += sum_j x_j[p] (eo_j d_j B_j[n])
+    mm(P, N, chunk, x + static_cast<size_t>(c0) * ld_x + h * P, 1, ld_x, bw, N, nullptr, Sn, N, true);
   }
 }
 
@@ -393,29 +389,25 @@ struct SsdbScratch {
         run(f.take(Q)), cr(f.take(Q)) {}
 };
 
-// One chunk [c0, c0 + Q) of heads [hb, he), walked back. gS: the heads' adjoint of the state so
-// far (nh, P, N), G_out on entry and G_in on return; gA, gD: dA and dD so far (nh). dBp, dCp: the
-// heads' partial dB and dC rows of the chunk, (nh, chunk, N). cb: the chunk's CB of group 0, the
-// next group's chunk-by-chunk block cb_stride further.
+// One chunk [c0, c0 + Q) of head h, walked back. gS: the head's adjoint of the state, G_out on
+// entry and G_in on return; Sin: the state entering the chunk; gA, gD: its dA and dD so far.
+// bp, cp: its dB and dC rows of the chunk (N apart). cb: the chunk's CB of group 0, the next
+// group's chunk-by-chunk block cb_stride further.
 HYBRIDLM_INLINE void ssdb_chunk(const float* x, int ld_x, const float* dt, const float* A, const float* B,
                                 const float* C, int ld_bc, const float* D, const SsdDims& dm, int chunk,
-                                const float* dy, float* dxo, int ld_dx, float* ddt, const float* ckpt_c, float* gS_all,
-                                float* gA, float* gD, float* dBp, float* dCp, const float* cb, size_t cb_stride, int c0,
-                                int Q, size_t hb, size_t he, const SsdbScratch& s) {
+                                const float* dy, float* dxo, int ld_dx, float* ddt, const float* Sin, float* gS,
+                                float& gA, float& gD, float* bp, float* cp, const float* cb, size_t cb_stride, int c0,
+                                int Q, size_t h, const SsdbScratch& s) {
   const int nh = dm.n_heads, P = dm.head_dim, N = dm.d_state, hpg = nh / dm.n_groups;
   const size_t PN = static_cast<size_t>(P) * N, ldy = static_cast<size_t>(nh) * P;
   const size_t q = static_cast<size_t>(Q);
-  for (size_t h = hb; h < he; ++h) {
+  {
     const size_t g = h / hpg;
-    float* gS = gS_all + h * PN;
-    const float* Sin = ckpt_c + h * PN;
     const float* cbg = cb + g * cb_stride;  // CB[i, j] at cbg[i * chunk + j]
     const float* xc = x + static_cast<size_t>(c0) * ld_x + h * P;
     const float* dyc = dy + static_cast<size_t>(c0) * ldy + h * P;
     const float* Bc = B + static_cast<size_t>(c0) * ld_bc + g * N;
     const float* Cc = C + static_cast<size_t>(c0) * ld_bc + g * N;
-    float* bp = dBp + h * chunk * N;
-    float* cp = dCp + h * chunk * N;
     ssd_decays(dt, A, c0, Q, nh, h, s.la, s.d, s.e, s.eo);
     const float e_last = s.e[Q - 1];
     // L row by row: run[j] = l_{j+1} + ... + l_i for j < i.
@@ -499,16 +491,43 @@ HYBRIDLM_INLINE void ssdb_chunk(const float* x, int ld_x, const float* dt, const
     float sum_d = 0;
     for (int j = 0; j < Q; ++j)
       sum_d += dot16(dyc + static_cast<size_t>(j) * ldy, xc + static_cast<size_t>(j) * ld_x, P);
-    gA[h] += sum_a;
-    gD[h] += sum_d;
+    gA += sum_a;
+    gD += sum_d;
     // G_in = e_last G_out + dY^T diag(e) C.
     for (size_t k = 0; k < PN; ++k) gS[k] *= e_last;
     mm(P, N, Q, dyc, 1, ldy, s.ce, N, nullptr, gS, N, true);
   }
 }
-HYBRIDLM_SIMD_VARIANTS(ssdb_ckpt, ssdb_checkpoints)
+
+// Heads [hb, he), each from its checkpoints through its chunks last to first: dx, ddt, and the
+// heads' dB and dC rows, dBp and dCp (nh, T, N); dA, dD (dA null: the discrete form) and dS0 (if
+// wanted) of each head. ckpt: (n_chunks, P, N), gS: (P, N) of the thread.
+HYBRIDLM_INLINE void ssdb_heads(const float* x, int ld_x, const float* dt, const float* A, const float* B,
+                                const float* C, int ld_bc, const float* D, const SsdDims& dm, int chunk,
+                                const float* S0, int T, const float* dy, float* dxo, int ld_dx, float* ddt, float* dA,
+                                float* dD, float* dS0, float* dBp, float* dCp, const float* cb, size_t hb, size_t he,
+                                float* ckpt, float* gS, float* bw, const SsdbScratch& s) {
+  const size_t PN = static_cast<size_t>(dm.head_dim) * dm.d_state, N = static_cast<size_t>(dm.d_state);
+  const size_t q = static_cast<size_t>(chunk);
+  const int n_chunks = (T + chunk - 1) / chunk;
+  const size_t cb_stride = static_cast<size_t>(n_chunks) * q * q;
+  for (size_t h = hb; h < he; ++h) {
+    ssdb_checkpoints(x, ld_x, dt, A, B, ld_bc, dm, chunk, S0, T, h, ckpt, bw, bw + q * N);
+    std::fill(gS, gS + PN, 0.0f);
+    float gA = 0, gD = 0;
+    for (int c = n_chunks - 1; c >= 0; --c) {
+      const int c0 = c * chunk, Q = std::min(chunk, T - c0);
+      const size_t row = (h * T + c0) * N;
+      ssdb_chunk(x, ld_x, dt, A, B, C, ld_bc, D, dm, chunk, dy, dxo, ld_dx, ddt, ckpt + c * PN, gS, gA, gD,
+                 dBp + row, dCp + row, cb + c * q * q, cb_stride, c0, Q, h, s);
+    }
+    if (dA) dA[h] += gA;
+    dD[h] += gD;
+    if (dS0) std::copy(gS, gS + PN, dS0 + h * PN);
+  }
+}
 HYBRIDLM_SIMD_VARIANTS(ssdb_cb_loops, ssdb_cb)
-HYBRIDLM_SIMD_VARIANTS(ssdb_chunk_loops, ssdb_chunk)
+HYBRIDLM_SIMD_VARIANTS(ssdb_heads_loops, ssdb_heads)
 
 }  // namespace
 
@@ -570,65 +589,53 @@ void mamba1_scan_backward(const KernelContext& ctx, const float* x, int ld_x, co
 namespace {
 
 // Both SSD scans' backward (ssd_decays): Mamba-2 with A, the discrete form with A and dA null.
+// Three passes: CB per group and chunk; the heads, each through all its chunks (a head's chunks
+// depend on each other, the heads do not); the dB, dC rows, each group's heads' rows added in head
+// order.
 void ssd_backward(const KernelContext& ctx, const float* x, int ld_x, const float* dt, const float* A, const float* B,
                   const float* C, int ld_bc, const float* D, const SsdDims& dims, int chunk_in, const float* S0, int T,
                   const float* dy, float* dx, int ld_dx, float* ddt, float* dA, float* dB, float* dC, int ld_dbc,
                   float* dD, float* dS0) {
   check(chunk_in > 0, "ssd_scan_backward: chunk must be positive, got ", chunk_in);
+  if (T <= 0) {  // no step: dS0 = 0, nothing else to write
+    if (dS0) std::fill(dS0, dS0 + static_cast<size_t>(dims.n_heads) * dims.head_dim * dims.d_state, 0.0f);
+    return;
+  }
   const int chunk = std::min(chunk_in, kSsdBwdChunk);
   const int nh = dims.n_heads, P = dims.head_dim, N = dims.d_state, G = dims.n_groups, hpg = nh / G;
   const size_t PN = static_cast<size_t>(P) * N, q = static_cast<size_t>(chunk);
   const int n_chunks = (T + chunk - 1) / chunk;
   ScratchFrame frame(ctx);
-  float* ckpt = frame.take(static_cast<size_t>(n_chunks) * nh * PN);
-  const size_t cb_stride = static_cast<size_t>(n_chunks) * q * q;  // one group's CB blocks
-  float* cb = frame.take(static_cast<size_t>(G) * cb_stride);
-  if (n_chunks > 0) {  // T == 0: no chunk, nothing to save (dS0 is then 0)
-    parallel(ctx, static_cast<size_t>(nh), 1, [&](size_t b, size_t e) {
-      ScratchFrame body(ctx);
-      float* bw = body.take(q * N + 4 * q);
-      ssdb_ckpt_dispatch(x, ld_x, dt, A, B, ld_bc, dims, chunk, S0, T, ckpt, b, e, bw, bw + q * N);
-    });
-    parallel(ctx, static_cast<size_t>(G) * n_chunks, 1, [&](size_t b, size_t e) {
-      ScratchFrame body(ctx);
-      ssdb_cb_loops_dispatch(B, C, ld_bc, dims, chunk, T, cb, b, e, body.take(q * N));
-    });
-  }
-  float* gS = zeroed(frame, static_cast<size_t>(nh) * PN);
-  float* gA = zeroed(frame, static_cast<size_t>(nh));
-  float* gD = zeroed(frame, static_cast<size_t>(nh));
-  float* dBp = frame.take(static_cast<size_t>(nh) * q * N);
-  float* dCp = frame.take(static_cast<size_t>(nh) * q * N);
-  for (int c = n_chunks - 1; c >= 0; --c) {
-    const int c0 = c * chunk, Q = std::min(chunk, T - c0);
-    parallel(ctx, static_cast<size_t>(nh), 1, [&](size_t b, size_t e) {
-      ScratchFrame body(ctx);
-      const SsdbScratch s(body, q, P, N);
-      ssdb_chunk_loops_dispatch(x, ld_x, dt, A, B, C, ld_bc, D, dims, chunk, dy, dx, ld_dx, ddt,
-                                ckpt + static_cast<size_t>(c) * nh * PN, gS, gA, gD, dBp, dCp, cb + c * q * q,
-                                cb_stride, c0, Q, b, e, s);
-    });
-    // The chunk's dB, dC rows: each group's heads' partials added in head order.
-    parallel(ctx, static_cast<size_t>(Q), 8, [&](size_t jb, size_t je) {
-      for (size_t j = jb; j < je; ++j) {
-        float* bo = dB + (c0 + j) * ld_dbc;
-        float* co = dC + (c0 + j) * ld_dbc;
-        for (int k = 0; k < G * N; ++k) bo[k] = co[k] = 0.0f;
-        for (int h = 0; h < nh; ++h) {
-          const size_t off = static_cast<size_t>(h / hpg) * N, src = (static_cast<size_t>(h) * chunk + j) * N;
-          for (int n = 0; n < N; ++n) {
-            bo[off + n] += dBp[src + n];
-            co[off + n] += dCp[src + n];
-          }
+  float* cb = frame.take(static_cast<size_t>(G) * n_chunks * q * q);
+  float* dBp = frame.take(static_cast<size_t>(nh) * T * N);
+  float* dCp = frame.take(static_cast<size_t>(nh) * T * N);
+  parallel(ctx, static_cast<size_t>(G) * n_chunks, 1, [&](size_t b, size_t e) {
+    ScratchFrame body(ctx);
+    ssdb_cb_loops_dispatch(B, C, ld_bc, dims, chunk, T, cb, b, e, body.take(q * N));
+  });
+  parallel(ctx, static_cast<size_t>(nh), 1, [&](size_t b, size_t e) {
+    ScratchFrame body(ctx);
+    float* ckpt = body.take(static_cast<size_t>(n_chunks) * PN);
+    float* gS = body.take(PN);
+    float* bw = body.take(q * N + 4 * q);
+    const SsdbScratch s(body, q, P, N);
+    ssdb_heads_loops_dispatch(x, ld_x, dt, A, B, C, ld_bc, D, dims, chunk, S0, T, dy, dx, ld_dx, ddt, dA, dD, dS0,
+                              dBp, dCp, cb, b, e, ckpt, gS, bw, s);
+  });
+  parallel(ctx, static_cast<size_t>(T), 16, [&](size_t tb, size_t te) {
+    for (size_t t = tb; t < te; ++t) {
+      float* bo = dB + t * ld_dbc;
+      float* co = dC + t * ld_dbc;
+      for (int k = 0; k < G * N; ++k) bo[k] = co[k] = 0.0f;
+      for (int h = 0; h < nh; ++h) {
+        const size_t off = static_cast<size_t>(h / hpg) * N, src = (static_cast<size_t>(h) * T + t) * N;
+        for (int n = 0; n < N; ++n) {
+          bo[off + n] += dBp[src + n];
+          co[off + n] += dCp[src + n];
         }
       }
-    });
-  }
-  for (int h = 0; h < nh; ++h) {
-    if (dA) dA[h] += gA[h];
-    dD[h] += gD[h];
-  }
-  if (dS0) std::copy(gS, gS + static_cast<size_t>(nh) * PN, dS0);
+    }
+  });
 }
 
 }  // namespace
@@ -662,18 +669,17 @@ ScratchNeed scan_backward_scratch(const KernelLimits& lim) {
                            2 * R::rounded(nblk * kM1Interval * N);
   ScratchNeed need{m1_caller + m1_worker, m1_worker};
   if (lim.head_dim > 0 && lim.ssd_chunk > 0) {
-    // The SSD: checkpoints are fewer with longer chunks, the per-chunk buffers larger (a call's
-    // ceil(T / chunk) CB blocks of chunk^2 span at most (T + chunk - 1) chunk floats). Its chunk
-    // is the call's, capped at kSsdBwdChunk.
+    // The SSD: a thread's head's checkpoints are fewer with longer chunks, its per-chunk buffers
+    // larger (and a call's ceil(T / chunk) CB blocks of chunk^2 span at most (T + chunk - 1) chunk
+    // floats). Its chunk is the call's, capped at kSsdBwdChunk.
     const size_t P = static_cast<size_t>(lim.head_dim), nh = (I + P - 1) / P;
     const size_t G = static_cast<size_t>(std::max(lim.n_groups, 1));
     const size_t hi = static_cast<size_t>(std::min(lim.ssd_chunk, kSsdBwdChunk));
     const int lo_chunk = lim.ssd_chunk_min > 0 ? lim.ssd_chunk_min : lim.ssd_chunk;
     const size_t lo = std::min(hi, static_cast<size_t>(std::max(1, lo_chunk)));
-    const size_t n_chunks = (T + lo - 1) / lo;
-    const size_t worker = std::max(SsdbScratch::floats(hi, P, N), R::rounded(hi * N + 4 * hi));
-    const size_t caller = R::rounded(n_chunks * nh * P * N) + R::rounded(G * (T + hi - 1) * hi) +
-                          R::rounded(nh * P * N) + 2 * R::rounded(nh) + 2 * R::rounded(nh * hi * N);
+    const size_t worker = R::rounded(((T + lo - 1) / lo) * P * N) + R::rounded(P * N) + R::rounded(hi * N + 4 * hi) +
+                          SsdbScratch::floats(hi, P, N);
+    const size_t caller = R::rounded(G * (T + hi - 1) * hi) + 2 * R::rounded(nh * T * N);
     need = most(need, {caller + worker, worker});
   }
   return need;
