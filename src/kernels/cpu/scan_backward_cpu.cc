@@ -12,8 +12,9 @@
 // (N, 16) as in the forward) and the SSD's heads. dB and dC are sums over all channels (over the
 // heads of a group), so each block or head writes its own partial rows for the segment and a
 // second pass adds them in block (head) order. Every split depends on the shapes only, so the
-// results do not depend on the thread count. The segments are synchronised (one parallel_for
-// each), which keeps those partials to one segment's rows.
+// results do not depend on the thread count. Mamba-1's segments are synchronised (one
+// parallel_for each), which keeps those partials to one segment's rows; an SSD thread takes
+// whole heads through all their chunks, with partial rows for all T steps.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
