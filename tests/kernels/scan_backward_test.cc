@@ -439,5 +439,71 @@ TEST_F(ScanBackward, SsdDiscreteAgainstFiniteDifferencesAndRef) {
   }
 }
 
+// The CPU SSD backward works in matrix products inside each chunk (register tiles of 32 columns)
+// and a recurrence across chunks: head_dim and d_state of 32 take the tiles' full-width path that
+// the shapes above (P = 6, N = 12) leave to the partial one. Strong decay (log-decays per chunk
+// down to -100 and below, where exp underflows and a gradient of the log-decay formed as a
+// difference of cumulative sums would cancel) must still match the ref's sequential float64 sums.
+// Both forms; cpu against ref and one thread against two (the ref itself is checked against
+// finite differences above).
+TEST_F(ScanBackward, SsdFullTilesAndStrongDecay) {
+  const SsdDims dm{4, 32, 2, 32};
+  const int nh = dm.n_heads, P = dm.head_dim, G = dm.n_groups, N = dm.d_state;
+  struct Case {
+    int T, chunk;
+    float decay;  // the log-decays' scale
+    bool discrete;
+  };
+  for (const Case& k : {Case{100, 64, 1.0f, false}, Case{77, 16, 8.0f, false}, Case{100, 64, 40.0f, false},
+                        Case{100, 64, 1.0f, true}, Case{70, 32, 30.0f, true}}) {
+    const int T = k.T, chunk = k.chunk;
+    const std::string tag = std::string(k.discrete ? "ssd_discrete" : "ssd") + "_tiles_T" + std::to_string(T) + "_Q" +
+                            std::to_string(chunk) + "_decay" + std::to_string(static_cast<int>(k.decay)) + "_";
+    SCOPED_TRACE(tag);
+    const int ld_x = nh * P + 3, ld_bc = G * N + 1, ld_dx = nh * P + 1, ld_dbc = G * N + 2;
+    const size_t TY = static_cast<size_t>(T) * nh * P, SN = static_cast<size_t>(nh) * P * N;
+    const uint32_t s0 = 5000 + 10 * static_cast<uint32_t>(T + chunk);
+    std::vector<float> dt = rand_dt(static_cast<size_t>(T) * nh, s0 + 2), A = rand_A(nh, s0 + 3);
+    if (k.discrete)
+      for (float& v : dt) v = -k.decay * v;  // the log-decay itself
+    else
+      for (float& v : A) v *= k.decay;
+    const std::vector<float> x = randv(static_cast<size_t>(T) * ld_x, s0 + 1),
+                             B = randv(static_cast<size_t>(T) * ld_bc, s0 + 4),
+                             C = randv(static_cast<size_t>(T) * ld_bc, s0 + 5), D = randv(nh, s0 + 6),
+                             S0 = randv(SN, s0 + 7), dy = randv(TY, s0 + 8);
+    auto run = [&](const KernelContext& c, const KernelTable& t) {
+      SsdGrads g{std::vector<float>(static_cast<size_t>(T) * ld_dx, 7.0f),
+                 std::vector<float>(static_cast<size_t>(T) * nh, 7.0f), std::vector<float>(nh, 0.0f),
+                 std::vector<float>(static_cast<size_t>(T) * ld_dbc, 7.0f),
+                 std::vector<float>(static_cast<size_t>(T) * ld_dbc, 7.0f), std::vector<float>(nh, 0.0f),
+                 std::vector<float>(SN, 7.0f)};
+      if (k.discrete)
+        t.ssd_scan_discrete_backward(c, x.data(), ld_x, dt.data(), B.data(), C.data(), ld_bc, D.data(), dm, chunk,
+                                     S0.data(), T, dy.data(), g.dx.data(), ld_dx, g.ddt.data(), g.dB.data(),
+                                     g.dC.data(), ld_dbc, g.dD.data(), g.dS0.data());
+      else
+        t.ssd_scan_backward(c, x.data(), ld_x, dt.data(), A.data(), B.data(), C.data(), ld_bc, D.data(), dm, chunk,
+                            S0.data(), T, dy.data(), g.dx.data(), ld_dx, g.ddt.data(), g.dA.data(), g.dB.data(),
+                            g.dC.data(), ld_dbc, g.dD.data(), g.dS0.data());
+      EXPECT_TRUE(padding_untouched(g.dx, ld_dx, T, nh * P, 7.0f));
+      EXPECT_TRUE(padding_untouched(g.dB, ld_dbc, T, G * N, 7.0f));
+      EXPECT_TRUE(padding_untouched(g.dC, ld_dbc, T, G * N, 7.0f));
+      return g;
+    };
+    const SsdGrads r = run(ref_ctx, ref_kernels()), c = run(ctx, cpu_kernels()), c1 = run(ctx1, cpu_kernels());
+    const double cb = tol::kBackwardCpuVsRef;
+    expect_below(tag + "cpu_dx", max_rel_rows(c.dx, ld_dx, r.dx, ld_dx, T, nh * P), cb);
+    expect_below(tag + "cpu_ddt", max_rel(c.ddt, r.ddt), cb);
+    if (!k.discrete) expect_below(tag + "cpu_dA", max_rel(c.dA, r.dA), cb);
+    expect_below(tag + "cpu_dB", max_rel_rows(c.dB, ld_dbc, r.dB, ld_dbc, T, G * N), cb);
+    expect_below(tag + "cpu_dC", max_rel_rows(c.dC, ld_dbc, r.dC, ld_dbc, T, G * N), cb);
+    expect_below(tag + "cpu_dD", max_rel(c.dD, r.dD), cb);
+    expect_below(tag + "cpu_dS0", max_rel(c.dS0, r.dS0), cb);
+    EXPECT_TRUE(c1.dx == c.dx && c1.ddt == c.ddt && c1.dA == c.dA && c1.dB == c.dB && c1.dC == c.dC &&
+                c1.dD == c.dD && c1.dS0 == c.dS0);
+  }
+}
+
 }  // namespace
 }  // namespace hybridlm
