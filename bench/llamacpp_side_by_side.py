@@ -1,6 +1,7 @@
 """hybridlm bench against llama.cpp's llama-bench on the same random-weight checkpoints,
-interleaved per model and weight type in one run; prints the markdown table of
-docs/benchmarks.md and writes the figures as JSON. llama-bench comes from a llama.cpp build kept
+interleaved per model and weight type in one run (pure SSMs, f32 and q8_0); prints a markdown
+table and writes the figures as JSON. It passes llama-bench `--load-mode none`, which llama.cpp
+34af94cd takes and 81ff7abe5 rejects (bench/llamacpp_hybrids.py uses `-mmp 0`). llama-bench comes from a llama.cpp build kept
 outside this repository; the GGUF files from bench/llamacpp_gguf.py (+ llama-quantize for Q8_0),
 named GGUF_DIR/<model>-<f32|q8_0>.gguf.
 
