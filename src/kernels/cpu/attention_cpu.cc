@@ -1,9 +1,9 @@
 // CPU kernels for attention layers and feed-forwards: RoPE, causal attention over the paged KV
 // cache (f32, bf16 or f16; online softmax over tiles of keys, so memory stays O(head_dim) per
-// query), and the feed-forward activations. Work items are (query, head) pairs or rows, each
-// computed whole by one thread, so results do not depend on the thread count or on the other
-// sequences of a batch. On AVX-512 attention runs attention_avx512.cc's kernel instead (one item
-// per query and KV head), where head_dim allows.
+// query), and the feed-forward activations. Work items (a query with the query heads of one KV
+// head; rows) are each computed whole by one thread, so results do not depend on the thread count
+// or on the other sequences of a batch. On AVX-512 attention runs attention_avx512.cc's kernel
+// instead (blocks of up to 4 queries of one KV head), where head_dim allows.
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -185,7 +185,9 @@ void rope(const KernelContext& ctx, float* x, int ld_x, int T, int pos0, int n_h
 
 void attention(const KernelContext& ctx, const float* q, int ld_q, const PagedKv& kv, int pos0, int T, int n_heads,
                float scale, float* out) {
-  check(kv.head_dim <= kMaxHeadDim, "attention head_dim above ", kMaxHeadDim);
+  check(kv.head_dim > 0 && kv.head_dim <= kMaxHeadDim, "attention head_dim ", kv.head_dim, " outside 1..", kMaxHeadDim);
+  check(kv.n_kv_heads > 0 && n_heads % kv.n_kv_heads == 0, "attention: ", n_heads, " heads over ", kv.n_kv_heads,
+        " KV heads");
   check(kv.dtype == DType::F32 || kv.dtype == DType::BF16 || kv.dtype == DType::F16,
         "attention: KV cache of dtype ", dtype_name(kv.dtype), " (F32, BF16 or F16 expected)");
   if (simd_path() == SimdPath::Avx512 && attention_avx512(ctx, q, ld_q, kv, pos0, T, n_heads, scale, out)) return;
