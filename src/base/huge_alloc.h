@@ -45,8 +45,9 @@ template <class T>
 using HugeVector = std::vector<T, HugePageAllocator<T>>;
 
 // A large zero-filled buffer that the OS backs with memory only where it is written (as calloc's
-// is; in 2 MiB pieces where huge pages apply), on a 2 MiB boundary and marked MADV_HUGEPAGE: for pools sized for the worst case and
-// filled as they are used (the KV cache), which a decode step reads rows of at random pages.
+// is; in 2 MiB pieces where huge pages apply), on a 2 MiB boundary and marked MADV_HUGEPAGE: for
+// pools sized for the worst case and filled as they are used (the KV cache), which a decode step
+// reads rows of at random pages.
 // data() is null when the mapping fails.
 class LazyHugeBuffer {
  public:
