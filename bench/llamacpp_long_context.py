@@ -17,10 +17,10 @@ depth prefill is untimed, so llama-bench -p runs give it where wanted).
 
 Usage: python3 bench/llamacpp_long_context.py --llama-bench PATH --gguf-dir DIR [--exe build/hybridlm]
            [--models build/bench_models] [--presets qwen3-next-750m,granite-4.0-h-350m]
-           [--depths 1024,16384] [-n 32] [-r 1] [-t 2] [--bandwidth 30] [--llama-warmup]
+           [--depths 1024,16384] [--llama-depths 1024] [-n 32] [-r 1] [-t 2] [--bandwidth 30] [--llama-warmup]
            [--out build/long_context]
 """
-import argparse, json, os, re, shutil, subprocess, sys, tempfile, time
+import argparse, json, os, re, shutil, subprocess, sys, tempfile, threading, time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ap = argparse.ArgumentParser()
@@ -30,6 +30,8 @@ ap.add_argument("--exe", default="build/hybridlm")
 ap.add_argument("--models", default="build/bench_models")
 ap.add_argument("--presets", default="qwen3-next-750m,granite-4.0-h-350m")
 ap.add_argument("--depths", default="1024,16384")
+ap.add_argument("--llama-depths", default=None,
+                help="the depths llama.cpp runs (default: all of --depths; its depth prefill at 128K can take hours)")
 ap.add_argument("-n", "--gen", default="32")
 ap.add_argument("-r", "--reps", default="1")
 ap.add_argument("-t", "--threads", default="2")
@@ -40,6 +42,7 @@ ap.add_argument("--out", default="build/long_context")
 args = ap.parse_args()
 models = args.presets.split(",")
 depths = [int(d) for d in args.depths.split(",")]
+llama_depths = args.depths if args.llama_depths is None else args.llama_depths
 env = dict(os.environ, LD_LIBRARY_PATH=os.path.dirname(os.path.abspath(args.llama_bench)))
 tokenizer = os.path.join(ROOT, "tests", "data", "tokenizers", "gpt-neox-20b", "tokenizer.json")
 
@@ -50,6 +53,25 @@ def run(cmd, **kw):
     if r.returncode != 0:
         sys.exit(f"{cmd[0]} failed ({r.returncode}):\n{r.stderr[-3000:]}")
     return r
+
+
+def run_streamed(cmd):
+    """Like run, but llama-bench's --progress lines reach stderr as they come, timed: its depth prefill at
+    128K runs for most of an hour on two cores."""
+    print("  " + " ".join(cmd), file=sys.stderr, flush=True)
+    t0, tail = time.time(), []
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) as p:
+        stdout = []
+        reader = threading.Thread(target=lambda: stdout.append(p.stdout.read()))  # so neither pipe fills
+        reader.start()
+        for line in p.stderr:
+            tail = (tail + [line])[-40:]
+            if line.startswith("llama-bench: benchmark"):
+                print(f"  [{time.time() - t0:6.0f} s] {line.rstrip()}", file=sys.stderr, flush=True)
+        reader.join()
+    if p.returncode != 0:
+        sys.exit(f"{cmd[0]} failed ({p.returncode}):\n{''.join(tail)[-3000:]}")
+    return stdout[0]
 
 
 def inspect(model_dir):
@@ -70,9 +92,9 @@ for m in models:
         shutil.copy(tokenizer, os.path.join(ours, "tokenizer.json"))
     wbytes, sbytes, kvtok = inspect(ours)
     t0 = time.time()
-    for x in json.loads(run([args.llama_bench, "-m", gguf, "-t", args.threads, "-p", "0", "-n", args.gen, "-d",
-                             args.depths, "-r", args.reps, "-mmp", "0", "-o", "json"]
-                            + ([] if args.llama_warmup else ["--no-warmup"])).stdout):
+    for x in json.loads(run_streamed([args.llama_bench, "-m", gguf, "-t", args.threads, "-p", "0", "-n", args.gen,
+                                      "-d", llama_depths, "-r", args.reps, "-mmp", "0", "-o", "json", "--progress"]
+                                     + ([] if args.llama_warmup else ["--no-warmup"]))):
         out.append(dict(engine="llama.cpp", model=m, depth=x["n_depth"], test=f"tg{x['n_gen']}", tps=x["avg_ts"],
                         sd=x["stddev_ts"]))
     for d in depths:
@@ -111,8 +133,9 @@ for m in models:
     for d in depths:
         get = lambda e: next((o for o in out if o["engine"] == e and o["model"] == m and o["depth"] == d), None)
         l, h, b = get("llama.cpp"), get("hybridlm"), get("bound")
-        row = (f"| {m} | {d} | {l['tps']:.1f} ± {l['sd']:.1f} | {h['tps']:.1f} ± {h['sd']:.1f} | "
-               f"{h['tps'] / l['tps']:.2f}x | {b['bytes_per_step'] / 1e6:.0f} MB |")
+        row = (f"| {m} | {d} | " + (f"{l['tps']:.1f} ± {l['sd']:.1f}" if l else "-") + f" | {h['tps']:.1f} ± "
+               f"{h['sd']:.1f} | " + (f"{h['tps'] / l['tps']:.2f}x" if l else "-") +
+               f" | {b['bytes_per_step'] / 1e6:.0f} MB |")
         md.append(row + (f" {b['tps']:.1f} |" if args.bandwidth else ""))
 text = "\n".join(md)
 print(text)
