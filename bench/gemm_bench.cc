@@ -199,7 +199,7 @@ int main(int argc, char** argv) {
     // The panel layout matmul uses for copied weights.
     wps[i].assign(hybridlm::panel_count(s.N, s.K), 0.0f);
     for (int r = 0; r < s.N; ++r)
-      for (int k = 0; k < s.K; ++k) wps[i][hybridlm::panel_index(r, k, s.K, false)] = ws[i][static_cast<size_t>(r) * s.K + k];
+      for (int k = 0; k < s.K; ++k) wps[i][hybridlm::panel_index(r, k, s.K)] = ws[i][static_cast<size_t>(r) * s.K + k];
   }
   // One implementation at a time over every shape (another library's idle threads would spin
   // beside ours), then the table by shape.

@@ -61,11 +61,9 @@ inline ScratchNeed most(ScratchNeed a, ScratchNeed b) {
 // lane panels (`panels`), the order in which the AVX-512 GEMM tiles read them: rows in panels of
 // 32 (padded with zero rows); inside a panel, the 32 rows' values of one column are contiguous,
 // columns ordered by lane group g = (k % 16) / 4, then chunk j = k / 16, then lane k % 4: element
-// (r, k) at panel_index(r, k, cols, bf16), columns padded with zeros to a multiple of 16. A
-// register tile loads 32 rows' weights of one column as two vectors with no packing per call, and a
-// decode pass over the 4 (or 2) lane classes of a group reads the panel front to back. In a bf16
-// panel the 32 values are stored as pairs (row i, row 16 + i): one 64-byte load widens to both
-// vectors with a shift and a mask (two vector ops where two widening shuffles and two shifts were).
+// (r, k) at panel_index(r, k, cols), columns padded with zeros to a multiple of 16. A register
+// tile loads 32 rows' weights of one column as two vectors with no packing per call, and a decode
+// pass over the 4 (or 2) lane classes of a group reads the panel front to back.
 struct WeightView {
   DType dtype = DType::F32;
   const void* data = nullptr;
@@ -83,20 +81,17 @@ inline size_t panel_count(int rows, int cols) {
 inline size_t panel_lane_offset(int l, int j, int chunks) {
   return ((static_cast<size_t>(l / kPanelGroup) * chunks + j) * kPanelGroup + l % kPanelGroup) * kPanelRows;
 }
-// Where row r (0..31) of a panel sits in a run of 32 values: in order for f32, paired for bf16.
-inline int panel_row_slot(int r, bool bf16) { return bf16 ? 2 * (r % 16) + r / 16 : r; }
-inline size_t panel_index(int r, int k, int cols, bool bf16) {
+inline size_t panel_index(int r, int k, int cols) {
   const int chunks = panel_chunks(cols);
   return static_cast<size_t>(r / kPanelRows) * kPanelRows * kPanelLanes * chunks +
-         panel_lane_offset(k % kPanelLanes, k / kPanelLanes, chunks) + panel_row_slot(r % kPanelRows, bf16);
+         panel_lane_offset(k % kPanelLanes, k / kPanelLanes, chunks) + static_cast<size_t>(r % kPanelRows);
 }
-// fn(k, panel_index(r, k, cols, bf16)) for k = 0, 1, ..., cols - 1: a whole row (loading, the
-// embedding lookup) without panel_index's divisions per element.
+// fn(k, panel_index(r, k, cols)) for k = 0, 1, ..., cols - 1: a whole row (loading, the embedding
+// lookup) without panel_index's divisions per element.
 template <class Fn>
-inline void for_panel_row(int r, int cols, bool bf16, Fn&& fn) {
+inline void for_panel_row(int r, int cols, Fn&& fn) {
   const int chunks = panel_chunks(cols);
-  const size_t base =
-      static_cast<size_t>(r / kPanelRows) * kPanelRows * kPanelLanes * chunks + panel_row_slot(r % kPanelRows, bf16);
+  const size_t base = static_cast<size_t>(r / kPanelRows) * kPanelRows * kPanelLanes * chunks + r % kPanelRows;
   for (int j = 0, k = 0; j < chunks; ++j)
     for (int l = 0; l < kPanelLanes && k < cols; ++l, ++k) fn(k, base + panel_lane_offset(l, j, chunks));
 }

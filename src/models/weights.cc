@@ -2,7 +2,6 @@
 
 #include <map>
 #include <sstream>
-#include <type_traits>
 
 #include "base/error.h"
 
@@ -91,7 +90,7 @@ template <class T, class Convert>
 static void to_panels(const float* f, int rows, int cols, T* out, Convert convert) {
   for (int r = 0; r < rows; ++r) {
     const float* src = f + static_cast<size_t>(r) * cols;
-    for_panel_row(r, cols, std::is_same_v<T, uint16_t>, [&](int c, size_t i) { out[i] = convert(src[c]); });
+    for_panel_row(r, cols, [&](int c, size_t i) { out[i] = convert(src[c]); });
   }
 }
 

@@ -108,29 +108,18 @@ HYBRIDLM_AVX512 void pack_rows(const WeightView& W, int KS, int r0, float* b) {
   }
 }
 
-// The 32 weights of a panel run as two f32 vectors, rows 0..15 and 16..31. bf16 runs hold the
-// pairs (row i, row 16 + i) in one 32-bit lane: row i is the low half shifted up, row 16 + i the
-// high half with the low one cleared (exact widenings).
+// 16 weights of a panel row run as f32 (bf16: widened, exact).
 template <bool kBf16>
-HYBRIDLM_AVX512 inline __attribute__((always_inline)) void load_b(const void* b, __m512& b0, __m512& b1) {
-  if constexpr (kBf16) {
-    const __m512i v = _mm512_loadu_si512(b);
-    b0 = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
-    b1 = _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
-  } else {
-    b0 = _mm512_loadu_ps(static_cast<const float*>(b));
-    b1 = _mm512_loadu_ps(static_cast<const float*>(b) + 16);
-  }
+HYBRIDLM_AVX512 inline __attribute__((always_inline)) __m512 load_b(const void* b) {
+  if constexpr (kBf16)
+    return _mm512_castsi512_ps(
+        _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(static_cast<const __m256i*>(b))), 16));
+  else return _mm512_loadu_ps(static_cast<const float*>(b));
 }
 
-// A bf16 panel as an f32 one (exact; rows back in order).
+// A bf16 panel as f32 (exact).
 HYBRIDLM_AVX512 void widen_panel(const uint16_t* b, size_t n, float* out) {
-  for (size_t i = 0; i < n; i += kNR) {
-    __m512 b0, b1;
-    load_b<true>(b + i, b0, b1);
-    _mm512_storeu_ps(out + i, b0);
-    _mm512_storeu_ps(out + i + 16, b1);
-  }
+  for (size_t i = 0; i < n; i += 16) _mm512_storeu_ps(out + i, load_b<true>(b + i));
 }
 
 // One lane class of one register tile of MR <= kMR tokens: out[t][0 .. 32) = sum over j of
@@ -149,8 +138,7 @@ HYBRIDLM_AVX512 void tile_lanes(const float* a, const void* bv, int KS, float* o
       const char* ahead = reinterpret_cast<const char*>(b + next);
       for (size_t q = 0; q < kNR * sizeof(B); q += 64) _mm_prefetch(ahead + q, _MM_HINT_T1);
     }
-    __m512 b0, b1;
-    load_b<kBf16>(b, b0, b1);
+    const __m512 b0 = load_b<kBf16>(b), b1 = load_b<kBf16>(b + 16);
 #define HYBRIDLM_GEMM_STEP(t, c0, c1)                \
   if constexpr (MR > t) {                            \
     const __m512 av = _mm512_set1_ps(a[t]);          \
@@ -217,8 +205,7 @@ HYBRIDLM_AVX512 void tile_group(const float* a, size_t ls, size_t js, const void
     for (int j = 0; j < KS; ++j, b += kGroup * kNR, x += js) {
 #pragma GCC unroll 4
       for (int g = 0; g < LG; ++g) {
-        __m512 b0, b1;
-        load_b<kBf16>(b + g * kNR, b0, b1);
+        const __m512 b0 = load_b<kBf16>(b + g * kNR), b1 = load_b<kBf16>(b + g * kNR + 16);
 #pragma GCC unroll 6
         for (int t = 0; t < MR; ++t) {
           const __m512 av = _mm512_set1_ps(x[g * ls + t]);

@@ -72,7 +72,7 @@ HYBRIDLM_INLINE void panels_generic(const WeightView& W, const float* bias, cons
             if (k >= K) break;
             const size_t i = base + panel_lane_offset(8 * h + l, j, KS);
             const float xv = xt[k];
-            for (int r = 0; r < kPanelRows; ++r) acc[l][r] += w_at<kBf16>(W.data, i + panel_row_slot(r, kBf16)) * xv;
+            for (int r = 0; r < kPanelRows; ++r) acc[l][r] += w_at<kBf16>(W.data, i + r) * xv;
           }
       for (int r = 0; r < n_rows; ++r) {
         const float s =

@@ -450,10 +450,10 @@ void embedding(const WeightView& E, const int32_t* ids, int T, float* out) {
       dequantize_q4_0_matrix_row(static_cast<const uint8_t*>(E.data), E.scales, ids[t], E.cols, o);
     } else if (E.panels && E.dtype == DType::BF16) {
       const uint16_t* e = static_cast<const uint16_t*>(E.data);
-      for_panel_row(ids[t], E.cols, true, [&](int c, size_t i) { o[c] = bf16_to_f32(e[i]); });
+      for_panel_row(ids[t], E.cols, [&](int c, size_t i) { o[c] = bf16_to_f32(e[i]); });
     } else if (E.panels) {
       const float* e = static_cast<const float*>(E.data);
-      for_panel_row(ids[t], E.cols, false, [&](int c, size_t i) { o[c] = e[i]; });
+      for_panel_row(ids[t], E.cols, [&](int c, size_t i) { o[c] = e[i]; });
     } else if (E.dtype == DType::BF16) {
       const uint16_t* e = static_cast<const uint16_t*>(E.data) + row;
       for (int c = 0; c < E.cols; ++c) o[c] = bf16_to_f32(e[c]);

@@ -22,7 +22,7 @@ static float weight_at(const WeightView& W, int r, int c) {
     const int code = q4_weight_code(static_cast<const uint8_t*>(W.data), r, c, W.cols) - kQ4Zero;
     return static_cast<float>(code) * W.scales[q8_scale_index(r, c / kQ8Block, W.cols)];
   }
-  const size_t i = W.panels ? panel_index(r, c, W.cols, W.dtype == DType::BF16) : static_cast<size_t>(r) * W.cols + c;
+  const size_t i = W.panels ? panel_index(r, c, W.cols) : static_cast<size_t>(r) * W.cols + c;
   if (W.dtype == DType::BF16) return bf16_to_f32(static_cast<const uint16_t*>(W.data)[i]);
   return static_cast<const float*>(W.data)[i];
 }
