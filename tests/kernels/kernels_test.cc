@@ -10,6 +10,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "base/thread_pool.h"
@@ -1204,6 +1205,33 @@ struct PagedFixture {
   std::vector<uint16_t> k16, v16;
   PagedKv kv;
 };
+
+// A head split that would leave query heads unwritten (heads not a multiple of the KV heads, no KV
+// heads) or a head_dim the kernels cannot take is refused with an error naming it, before any
+// output is written, on whichever path runs.
+TEST_F(Kernels, AttentionRefusesImpossibleHeadSplits) {
+  PagedFixture f(4, 16, 2, 32, 60);
+  auto q = randn(static_cast<size_t>(4) * 3 * 32, 61);
+  struct Bad { const char* label; int heads, kv_heads, hd; const char* says; };
+  const Bad bad[] = {{"3 heads over 2 KV heads", 3, 2, 32, "3 heads over 2 KV heads"},
+                     {"no KV heads", 2, 0, 32, "2 heads over 0 KV heads"},
+                     {"head_dim 0", 2, 2, 0, "head_dim 0 outside"}};
+  for (const Bad& b : bad) {
+    SCOPED_TRACE(b.label);
+    PagedKv kv = f.kv;
+    kv.n_kv_heads = b.kv_heads;
+    kv.head_dim = b.hd;
+    std::vector<float> out(static_cast<size_t>(4) * 3 * 32, 7.0f);
+    try {
+      cpu::attention(ctx, q.data(), 3 * 32, kv, 0, 4, b.heads, 0.1f, out.data());
+      ADD_FAILURE() << "accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(b.says), std::string::npos) << e.what();
+      EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << "one line";
+    }
+    for (float x : out) ASSERT_EQ(x, 7.0f) << "output written before the refusal";
+  }
+}
 
 TEST_F(Kernels, AttentionMatchesRefAndDenseSoftmax) {
   struct Case { const char* label; int pos0, T, heads, kv_heads, hd, block; };
