@@ -5,11 +5,16 @@
 // attention layers of the granite-4.0-h-350m preset (12 query heads on 4 KV heads of 64), of a
 // Llama-3-8B-like layer (32 on 8 of 128) and of qwen3-next (16 on 2 of 256).
 //
-//   build/bench_attention [-t 2] [-r 20] [-d 1024,16384,65536]
+//   build/bench_attention [-t 2] [-r 20] [-d 1024,16384,65536] [-p 2048] [-s 12:4x64,...] [-b 16] [-c]
 //
-// Prints microseconds per call (the best of -r after a warm-up), the GB/s of K and V read, and
-// the ratio to the read floor. Speed only: never run by ctest. HYBRIDLM_CPU_PATH=avx2 runs the
-// portable kernel instead of the AVX-512 one.
+// -s replaces the shapes (query heads:KV heads x head_dim), -b sets the tokens per page, and -c
+// (hot) points every page of the table at one of 4 pages, which stay in L2: the same arithmetic
+// over the same number of keys without the memory traffic, so a cold run against a hot one
+// separates the kernel's arithmetic from its waiting on memory. -p 0 skips the prefill table.
+//
+// Prints microseconds per call (the best of -r after a warm-up), the GB/s of K and V read, the
+// ratio to the read floor, and the nanoseconds per key and query head on each thread. Speed only:
+// never run by ctest. HYBRIDLM_CPU_PATH=avx2 runs the portable kernel instead of the AVX-512 one.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -61,10 +66,14 @@ __attribute__((target("avx512f"))) float read_blocks(const uint16_t* k, const ui
   return static_cast<float>(_mm512_reduce_add_epi32(_mm512_add_epi32(_mm512_add_epi32(a0, a1), _mm512_add_epi32(a2, a3))));
 }
 
+// Pages the hot mode (-c) maps every page of the table onto: at 16 tokens a page they stay in L2,
+// so the call measures the kernel's arithmetic without the memory traffic.
+constexpr int kHotPages = 4;
+
 // bf16 K and V pages for D tokens of one layer, pages shuffled in the pool as a cache's are.
 struct Pages {
-  Pages(int D, int kv_heads, int hd, std::mt19937& rng) {
-    const int block = 16, n_pages = (D + block - 1) / block;
+  Pages(int D, int kv_heads, int hd, int block, std::mt19937& rng, bool hot) {
+    const int n_pages = (D + block - 1) / block;
     const size_t row = static_cast<size_t>(kv_heads) * hd;
     elems = static_cast<size_t>(n_pages) * block * row;
     k.resize(elems);
@@ -74,7 +83,7 @@ struct Pages {
       v[i] = static_cast<uint16_t>(0x3f00 + (rng() & 0xff));
     }
     table.resize(n_pages);
-    for (int p = 0; p < n_pages; ++p) table[p] = p;
+    for (int p = 0; p < n_pages; ++p) table[p] = hot ? p % kHotPages : p;
     std::shuffle(table.begin(), table.end(), rng);
     kv.k = k.data();
     kv.v = v.data();
@@ -104,33 +113,57 @@ std::vector<int> parse_list(const std::string& s) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int threads = 2, reps = 20;
-  std::string depths = "1024,4096,16384,65536", prompts = "2048";
-  for (int c; (c = getopt(argc, argv, "t:r:d:p:")) != -1;) {
+  int threads = 2, reps = 20, block = 16;
+  bool hot = false;
+  std::string depths = "1024,4096,16384,65536", prompts = "2048", shape_list;
+  for (int c; (c = getopt(argc, argv, "t:r:d:p:s:b:c")) != -1;) {
     if (c == 't') threads = std::atoi(optarg);
     else if (c == 'r') reps = std::atoi(optarg);
     else if (c == 'd') depths = optarg;
     else if (c == 'p') prompts = optarg;
+    else if (c == 'c') hot = true;
+    else if (c == 's') shape_list = optarg;
+    else if (c == 'b') block = std::max(1, std::atoi(optarg));
     else {
-      std::fprintf(stderr, "usage: %s [-t threads] [-r reps] [-d depth,...] [-p prompt,...]\n", argv[0]);
+      std::fprintf(stderr,
+                   "usage: %s [-t threads] [-r reps] [-d depth,...] [-p prompt,...] [-s H:KVxHD,...] [-b block] [-c]\n",
+                   argv[0]);
       return 2;
     }
   }
   ThreadPool pool(threads);
   const KernelContext ctx{&pool};
-  struct Shape { const char* name; int heads, kv_heads, hd; };
-  const Shape shapes[] = {{"granite-4.0-h-350m 12:4x64", 12, 4, 64},
-                          {"llama-3-8b 32:8x128", 32, 8, 128},
-                          {"qwen3-next 16:2x256", 16, 2, 256}};
+  struct Shape {
+    std::string name;
+    int heads, kv_heads, hd;
+  };
+  std::vector<Shape> shapes = {{"granite-4.0-h-350m 12:4x64", 12, 4, 64},
+                               {"llama-3-8b 32:8x128", 32, 8, 128},
+                               {"qwen3-next 16:2x256", 16, 2, 256}};
+  if (!shape_list.empty()) {
+    shapes.clear();
+    for (size_t pos = 0; pos < shape_list.size();) {
+      const size_t comma = std::min(shape_list.find(',', pos), shape_list.size());
+      Shape s{shape_list.substr(pos, comma - pos), 0, 0, 0};
+      if (std::sscanf(s.name.c_str(), "%d:%dx%d", &s.heads, &s.kv_heads, &s.hd) != 3 || s.heads <= 0 ||
+          s.kv_heads <= 0 || s.heads % s.kv_heads != 0 || s.hd <= 0) {
+        std::fprintf(stderr, "bad shape '%s' (want HEADS:KV_HEADSxHEAD_DIM, e.g. 12:4x64)\n", s.name.c_str());
+        return 2;
+      }
+      shapes.push_back(s);
+      pos = comma + 1;
+    }
+  }
   std::mt19937 rng(7);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   std::vector<float> sink(256);
-  std::printf("Decode: one query over D keys\n\n");
-  std::printf("| shape | depth | KV MiB | attention us | GB/s | read floor us | attention / floor |\n");
-  std::printf("|---|---|---|---|---|---|---|\n");
+  std::printf("Decode: one query over D keys%s\n\n", hot ? " (hot: every page one of 4, in L2)" : "");
+  std::printf("| shape | depth | KV MiB | attention us | GB/s | read floor us | attention / floor | "
+              "ns per key and head per thread |\n");
+  std::printf("|---|---|---|---|---|---|---|---|\n");
   for (const Shape& s : shapes)
     for (int D : parse_list(depths)) {
-      Pages pg(D, s.kv_heads, s.hd, rng);
+      Pages pg(D, s.kv_heads, s.hd, block, rng, hot);
       std::vector<float> q(static_cast<size_t>(s.heads) * s.hd), out(q.size());
       for (float& x : q) x = 0.1f * nd(rng);
       const double us = best_us(reps, [&] {
@@ -142,22 +175,25 @@ int main(int argc, char** argv) {
           sink[b % sink.size()] += read_blocks(pg.k.data(), pg.v.data(), b, e);
         });
       });
-      std::printf("| %s | %d | %.1f | %.1f | %.1f | %.1f | %.2f |\n", s.name, D, bytes / 1048576.0, us,
-                  bytes / us / 1e3, floor_us, us / floor_us);
+      std::printf("| %s | %d | %.1f | %.1f | %.1f | %.1f | %.2f | %.2f |\n", s.name.c_str(), D, bytes / 1048576.0, us,
+                  bytes / us / 1e3, floor_us, us / floor_us, us * 1e3 * threads / (static_cast<double>(D) * s.heads));
       std::fflush(stdout);
     }
+  const std::vector<int> prompt_list = parse_list(prompts);
+  if (std::none_of(prompt_list.begin(), prompt_list.end(), [](int P) { return P > 0; })) return sink[0] == 12345.0f;
   std::printf("\nPrefill: P queries from an empty cache (causal; P (P + 1) / 2 keys per head)\n\n");
   std::printf("| shape | prompt | attention ms | GFLOP/s (4 hd per key and head) |\n|---|---|---|---|\n");
   for (const Shape& s : shapes)
-    for (int P : parse_list(prompts)) {
-      Pages pg(P, s.kv_heads, s.hd, rng);
+    for (int P : prompt_list) {
+      if (P <= 0) continue;
+      Pages pg(P, s.kv_heads, s.hd, block, rng, hot);
       std::vector<float> q(static_cast<size_t>(P) * s.heads * s.hd), out(q.size());
       for (float& x : q) x = 0.1f * nd(rng);
       const double us = best_us(std::max(1, reps / 10), [&] {
         hybridlm::cpu::attention(ctx, q.data(), s.heads * s.hd, pg.kv, 0, P, s.heads, 0.125f, out.data());
       });
       const double flops = 4.0 * s.hd * s.heads * (static_cast<double>(P) * (P + 1) / 2);
-      std::printf("| %s | %d | %.1f | %.1f |\n", s.name, P, us / 1e3, flops / us / 1e3);
+      std::printf("| %s | %d | %.1f | %.1f |\n", s.name.c_str(), P, us / 1e3, flops / us / 1e3);
       std::fflush(stdout);
     }
   return sink[0] == 12345.0f ? 1 : 0;
