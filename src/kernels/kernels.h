@@ -96,6 +96,22 @@ inline void for_panel_row(int r, int cols, Fn&& fn) {
     for (int l = 0; l < kPanelLanes && k < cols; ++l, ++k) fn(k, base + panel_lane_offset(l, j, chunks));
 }
 
+// Rows [r0, r0 + n) of an f32 or bf16 W as a matrix of their own (r0 a whole number of
+// kPanelRows, so a panel layout starts at a panel): a matmul of one token over it gives y[r0 ..
+// r0 + n) of the matmul over W, bitwise (a row's dot product depends on K and the SIMD path only).
+// False for q8_0 / q4_0 weights or an r0 inside a panel.
+inline bool weight_rows(const WeightView& W, int r0, int n, WeightView& out) {
+  if ((W.dtype != DType::F32 && W.dtype != DType::BF16) || r0 % kPanelRows != 0 || r0 < 0 || n < 0 ||
+      r0 + n > W.rows)
+    return false;
+  const size_t first = W.panels ? static_cast<size_t>(r0) * kPanelLanes * panel_chunks(W.cols)
+                                : static_cast<size_t>(r0) * W.cols;
+  out = W;
+  out.data = static_cast<const uint8_t*>(W.data) + first * dtype_size(W.dtype);
+  out.rows = n;
+  return true;
+}
+
 // Per-layer Mamba-2 dims used by the SSD kernels.
 struct SsdDims {
   int n_heads = 0;   // nh

@@ -406,6 +406,50 @@ TEST_F(Kernels, MatmulMatchesRef) {
   }
 }
 
+// weight_rows: rows [r0, r0 + n) of an f32 / bf16 matrix, row-major or in lane panels, as a view
+// of their own. One token's matmul over it, on the calling thread, gives those rows of the whole
+// matmul bitwise (Mamba-1's batch-1 decode runs dt_proj that way, a block of rows per thread);
+// q8_0 weights and an r0 inside a panel are refused.
+TEST_F(Kernels, WeightRowsGiveThoseRowsOfTheWholeMatmulBitwise) {
+  const KernelContext one{nullptr};
+  for (int cols : {48, 64, 20})
+    for (DType dt : {DType::F32, DType::BF16})
+      for (bool panels : {false, true}) {  // cols 20: panels padded to 32 columns
+        SCOPED_TRACE(std::string(dtype_name(dt)) + (panels ? " panels" : " row-major") + ", cols " +
+                     std::to_string(cols));
+        const int rows = 300;  // 9 whole panels and a last one of 12 rows
+        auto wf = randn(static_cast<size_t>(rows) * cols, 21, 0.1f);
+        std::vector<float> pf(panels ? panel_count(rows, cols) : wf.size(), 0.0f);
+        std::vector<uint16_t> pb(pf.size(), 0);
+        for (int r = 0; r < rows; ++r)
+          for (int k = 0; k < cols; ++k) {
+            const size_t i = panels ? panel_index(r, k, cols) : static_cast<size_t>(r) * cols + k;
+            pf[i] = wf[static_cast<size_t>(r) * cols + k];
+            pb[i] = f32_to_bf16(pf[i]);
+          }
+        WeightView W{dt, dt == DType::BF16 ? static_cast<const void*>(pb.data()) : pf.data(), rows, cols};
+        W.panels = panels;
+        auto x = randn(cols, 22), bias = randn(rows, 23);
+        Out whole(rows);
+        cpu::matmul(ctx, W, bias.data(), x.data(), 1, whole.data());
+        for (auto [r0, n] : {std::pair{0, 32}, {64, 96}, {288, 12}, {256, 44}, {0, 300}}) {
+          WeightView part;
+          ASSERT_TRUE(weight_rows(W, r0, n, part));
+          Out y(n);
+          cpu::matmul(one, part, bias.data() + r0, x.data(), 1, y.data());
+          for (int r = 0; r < n; ++r) ASSERT_EQ(y.v[r], whole.v[r0 + r]) << "row " << r0 + r;
+          y.expect_guard();
+        }
+        WeightView part;
+        EXPECT_FALSE(weight_rows(W, 16, 32, part)) << "a first row inside a panel";
+        EXPECT_FALSE(weight_rows(W, 288, 13, part)) << "past the last row";
+      }
+  const auto wf = randn(64 * 64, 24, 0.1f);
+  const Q8Matrix wq(wf, 64, 64);
+  WeightView part;
+  EXPECT_FALSE(weight_rows(wq.view(), 0, 32, part)) << "q8_0";
+}
+
 TEST_F(Kernels, RmsNormMatchesRef) {
   for (int T : {7, 41}) {  // 41 rows: more than one thread's grain
     for (int d : {768, 17, 64}) {

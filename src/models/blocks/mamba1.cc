@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "base/thread_pool.h"
 #include "kernels/kernels.h"
 
 namespace hybridlm {
@@ -175,20 +176,39 @@ void mamba1_forward(const KernelContext& ctx, const Mamba1Spec& s, const Mamba1W
     }
     std::copy(row, row + R, sc.dt_in + static_cast<size_t>(t) * R);
   }
-  // dt: (T, I) = softplus(dt_in @ dt_proj^T + dt_bias)
-  ctx.ops->matmul(ctx, w.dt_proj.view(), w.dt_bias.data(), sc.dt_in, T, sc.dt);
-  ctx.ops->softplus(ctx, sc.dt, static_cast<size_t>(T) * I);
-  // y: (T, I) = selective scan, gated by silu(z)
-  for_each_run(ctx, runs, [&](const KernelContext& c, const SeqRun& r) {
-    const size_t o = static_cast<size_t>(r.start);
+  // The scan of channels [c0, c0 + n) of run r, gated by silu(z) (y: (T, I)).
+  auto scan_channels = [&](const KernelContext& c, const SeqRun& r, int c0, int n) {
+    const size_t o = static_cast<size_t>(r.start), ch = static_cast<size_t>(c0);
     const float* dbc = sc.xdbc + o * ld_dbc;
     auto scan = [&](auto kernel, auto* h) {  // the state as stored: f32, or bf16 updated in place
-      kernel(c, sc.xc + o * I, I, sc.dt + o * I, w.A.data(), dbc + R, dbc + R + N, ld_dbc, w.D.data(),
-             sc.xz + o * 2 * I + I, 2 * I, h, r.len, I, N, sc.y + o * I);
+      kernel(c, sc.xc + o * I + ch, I, sc.dt + o * I + ch, w.A.data() + ch * N, dbc + R, dbc + R + N, ld_dbc,
+             w.D.data() + ch, sc.xz + o * 2 * I + I + ch, 2 * I, h + ch * N, r.len, n, N, sc.y + o * I + ch);
     };
     if (r.ssm_state_bf16) scan(c.ops->mamba1_scan_bf16, r.ssm_state_bf16);
     else scan(c.ops->mamba1_scan, r.ssm_state);
-  });
+  };
+  // One token of one sequence (batch-1 decode): dt_proj, softplus and the scan in one parallel
+  // region over blocks of kPanelRows channels instead of one region each, each op on its own
+  // thread over the block's channels. A channel's dt row, softplus and state update depend on that
+  // channel alone, and a matmul row on K only, so this is bitwise what the three calls give.
+  WeightView dt_block;
+  if (T == 1 && ctx.pool && ctx.pool->size() > 1 && I % kPanelRows == 0 && weight_rows(w.dt_proj.view(), 0, 0, dt_block)) {
+    const KernelContext one{nullptr, ctx.ops, ctx.scratch};
+    ctx.pool->parallel_for(static_cast<size_t>(I / kPanelRows), [&](size_t b, size_t e) {
+      const int c0 = static_cast<int>(b) * kPanelRows, n = static_cast<int>(e - b) * kPanelRows;
+      WeightView rows;
+      weight_rows(w.dt_proj.view(), c0, n, rows);
+      one.ops->matmul(one, rows, w.dt_bias.data() + c0, sc.dt_in, 1, sc.dt + c0);
+      one.ops->softplus(one, sc.dt + c0, static_cast<size_t>(n));
+      scan_channels(one, runs[0], c0, n);
+    });
+  } else {
+    // dt: (T, I) = softplus(dt_in @ dt_proj^T + dt_bias)
+    ctx.ops->matmul(ctx, w.dt_proj.view(), w.dt_bias.data(), sc.dt_in, T, sc.dt);
+    ctx.ops->softplus(ctx, sc.dt, static_cast<size_t>(T) * I);
+    // y: (T, I) = selective scan, gated by silu(z)
+    for_each_run(ctx, runs, [&](const KernelContext& c, const SeqRun& r) { scan_channels(c, r, 0, I); });
+  }
   // out: (T, H) = y @ out_proj^T
   ctx.ops->matmul(ctx, w.out_proj.view(), data_or_null(w.out_proj_bias), sc.y, T, out);
 }
