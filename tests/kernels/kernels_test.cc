@@ -1360,24 +1360,33 @@ TEST_F(Kernels, AttentionOverBf16AndF16KvPages) {
 // single-query calls at positions pos0, pos0 + 1, ... give (each (query, head) is computed whole,
 // over the same key tiles).
 TEST_F(Kernels, AttentionOneCallEqualsOneQueryAtATime) {
-  const int T = 23, heads = 4, kv_heads = 2, block = 16;
+  const int T = 23, block = 16;
   // AVX-512: value pieces of 32 and of 64 per pass in prefill blocks; from 62, the first query's
-  // keys end one short of a 64-key tile that the block's later queries reach.
-  for (int hd : {32, 128})
-    for (int pos0 : {62, 70})
-      for (DType dt : {DType::F32, DType::BF16, DType::F16}) {
-        SCOPED_TRACE(std::string(dtype_name(dt)) + " head_dim " + std::to_string(hd) + " from " + std::to_string(pos0));
-        PagedFixture f(pos0 + T, block, kv_heads, hd, 53, dt);
-        const int ld = heads * hd;
-        auto q = randn(static_cast<size_t>(T) * ld, 54, 0.5f);
-        const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-        std::vector<float> all(static_cast<size_t>(T) * ld), one(all.size());
-        cpu::attention(ctx, q.data(), ld, f.kv, pos0, T, heads, scale, all.data());
-        for (int t = 0; t < T; ++t)
-          cpu::attention(ctx, q.data() + static_cast<size_t>(t) * ld, ld, f.kv, pos0 + t, 1, heads, scale,
-                         one.data() + static_cast<size_t>(t) * ld);
-        EXPECT_EQ(all, one);
-      }
+  // keys end one short of a 64-key tile that the block's later queries reach. Decode takes the
+  // scores of up to 4 query heads of a KV head together and the value sums of up to 8 (head_dim
+  // 32), 4 (64, 128) or 2 (256): query heads per KV head 1, 2, 3, 5 and 8 reach every group and
+  // remainder.
+  struct Heads {
+    int heads, kv_heads;
+  };
+  for (auto [heads, kv_heads] : {Heads{4, 2}, Heads{2, 2}, Heads{6, 2}, Heads{5, 1}, Heads{8, 1}})
+    for (int hd : {32, 128, 256})
+      for (int pos0 : {62, 70})
+        for (DType dt : {DType::F32, DType::BF16, DType::F16}) {
+          if (hd == 256 && pos0 == 62) continue;
+          SCOPED_TRACE(std::string(dtype_name(dt)) + " head_dim " + std::to_string(hd) + " from " +
+                       std::to_string(pos0) + ", " + std::to_string(heads) + " heads on " + std::to_string(kv_heads));
+          PagedFixture f(pos0 + T, block, kv_heads, hd, 53, dt);
+          const int ld = heads * hd;
+          auto q = randn(static_cast<size_t>(T) * ld, 54, 0.5f);
+          const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+          std::vector<float> all(static_cast<size_t>(T) * ld), one(all.size());
+          cpu::attention(ctx, q.data(), ld, f.kv, pos0, T, heads, scale, all.data());
+          for (int t = 0; t < T; ++t)
+            cpu::attention(ctx, q.data() + static_cast<size_t>(t) * ld, ld, f.kv, pos0 + t, 1, heads, scale,
+                           one.data() + static_cast<size_t>(t) * ld);
+          EXPECT_EQ(all, one);
+        }
 }
 
 // Storing a row rounds each value to the page dtype to nearest even (tensor/dtype.h), loading
