@@ -3,31 +3,6 @@
 #include <sched.h>
 
 #include <algorithm>
-#include <chrono>
-#include <cstdio>
-#include <cstdlib>
-namespace {
-struct Prof {
-  static constexpr int kN = 4096;
-  double total[kN] = {}, c0[kN] = {}, c1[kN] = {}, gap[kN] = {};
-  long cnt[kN] = {};
-  int period = getenv("HYBRIDLM_PROF") ? atoi(getenv("HYBRIDLM_PROF")) : 0;
-  long idx = 0;
-  double last_end = 0;
-  ~Prof() {
-    if (!period) return;
-    double T = 0, C0 = 0, C1 = 0, G = 0;
-    for (int i = 0; i < period; ++i) {
-      if (!cnt[i]) continue;
-      std::fprintf(stderr, "region %3d: total %7.2f us  main %7.2f  worker %7.2f  gap-before %6.2f\n", i, total[i] / cnt[i], c0[i] / cnt[i], c1[i] / cnt[i], gap[i] / cnt[i]);
-      T += total[i] / cnt[i]; C0 += c0[i] / cnt[i]; C1 += c1[i] / cnt[i]; G += gap[i] / cnt[i];
-    }
-    std::fprintf(stderr, "sum: total %.1f us main %.1f worker %.1f serial gaps %.1f\n", T, C0, C1, G);
-  }
-} g_prof;
-double now_us() { return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
-std::atomic<double> g_worker_us{0};
-}  // namespace
 
 // The spin-wait hint: x86 pause; on aarch64 an instruction barrier (isb), a short stall in the
 // manner of pause (aarch64's `yield` hint does nothing on many cores); elsewhere a thread yield.
@@ -108,9 +83,7 @@ void ThreadPool::worker(int index) {
     }
     if (stop_.load()) return;
     seen = g;
-    const double w0 = now_us();
     if (static_cast<size_t>(index) < job_chunks_) run_chunk(static_cast<size_t>(index));
-    g_worker_us.store(now_us() - w0);
     pending_.fetch_sub(1, std::memory_order_acq_rel);
   }
 }
@@ -133,19 +106,10 @@ void ThreadPool::parallel_for(size_t n, FunctionRef<void(size_t, size_t)> fn, si
     generation_.fetch_add(1, std::memory_order_release);
   }
   if (sleepers_.load() > 0) cv_.notify_all();
-  const double t0 = now_us();
   run_chunk(0);
-  const double t1 = now_us();
   for (int spin = 0; pending_.load(std::memory_order_acquire) != 0; ++spin) {
     if (spin < kCallerSpins) HYBRIDLM_PAUSE();
     else std::this_thread::yield();
-  }
-  if (g_prof.period) {
-    const double t2 = now_us();
-    const int r = static_cast<int>(g_prof.idx++ % g_prof.period);
-    g_prof.total[r] += t2 - t0; g_prof.c0[r] += t1 - t0; g_prof.c1[r] += g_worker_us.load();
-    g_prof.gap[r] += g_prof.last_end ? t0 - g_prof.last_end : 0; g_prof.cnt[r]++;
-    g_prof.last_end = t2;
   }
   if (error_) {
     std::exception_ptr e;
