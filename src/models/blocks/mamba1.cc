@@ -191,8 +191,9 @@ void mamba1_forward(const KernelContext& ctx, const Mamba1Spec& s, const Mamba1W
   // region over blocks of kPanelRows channels instead of one region each, each op on its own
   // thread over the block's channels. A channel's dt row, softplus and state update depend on that
   // channel alone, and a matmul row on K only, so this is bitwise what the three calls give.
-  WeightView dt_block;
-  if (T == 1 && ctx.pool && ctx.pool->size() > 1 && I % kPanelRows == 0 && weight_rows(w.dt_proj.view(), 0, 0, dt_block)) {
+  WeightView dt_rows;  // (weight_rows also says whether dt_proj's dtype can be split)
+  if (T == 1 && ctx.pool && ctx.pool->size() > 1 && I % kPanelRows == 0 &&
+      weight_rows(w.dt_proj.view(), 0, 0, dt_rows)) {
     const KernelContext one{nullptr, ctx.ops, ctx.scratch};
     ctx.pool->parallel_for(static_cast<size_t>(I / kPanelRows), [&](size_t b, size_t e) {
       const int c0 = static_cast<int>(b) * kPanelRows, n = static_cast<int>(e - b) * kPanelRows;
