@@ -13,7 +13,8 @@
 //   softmax per query: masked past its last key, the tile's maximum, exp16 of the shifted
 //           scores, a running sum per lane;
 //   values  acc += p_j v_j over the tile, each value row widened once for the block (prefill)
-//           or for up to 8 / 4 / 2 of the item's query heads (decode; head_dim 32 / 64-128 / 256).
+//           or for up to 8 / 4 / 2 of the item's query heads (decode; head_dim 32 / 64 / 96 and
+//           more, where a pass takes 32 / 64 / 96-128 of the head's dims).
 // Sharing the widening and the loads among heads made decode 1.3x faster from L2
 // (bench_attention -c) at 64K-128K keys on the granite, Llama-3-8B and qwen3-next shapes.
 // Rows are found by walking the page table (no division per key), and the next tile's rows are
@@ -119,8 +120,8 @@ HYBRIDLM_AVX512 HYBRIDLM_INLINE void add_values_heads(const typename Rows::Elem*
     for (int i = 0; i < 2 * NC; ++i) _mm512_store_ps(acc[g] + 16 * i, a[g][i]);
 }
 
-// add_values_heads over nh heads of one query in groups of up to 16 / NC heads (at most 16
-// accumulators and NC widened rows in registers).
+// add_values_heads over nh heads of one query in groups of up to 8 / NC heads (2 NC accumulators
+// each: at most 16, beside the NC widened rows, in registers).
 template <class Rows, int NC>
 HYBRIDLM_AVX512 HYBRIDLM_INLINE void add_values_all_heads(const typename Rows::Elem* const* vr, int off,
                                                           const float* const* p, int nb, float* const* acc, int nh) {
