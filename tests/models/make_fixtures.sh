@@ -8,6 +8,9 @@ rm -rf "$out"
 mkdir -p "$out"
 "$py" "$tool" --preset mamba-tiny --out "$out/mamba1" --seed 1 --set time_step_rank=6 --set state_size=12 >/dev/null
 "$py" "$tool" --preset falcon-mamba-tiny --out "$out/falcon_mamba" --seed 2 >/dev/null
+# Mamba-1 wide enough that a copied dt_proj (256 rows of 16) is stored in lane panels.
+"$py" "$tool" --preset mamba-tiny --out "$out/mamba1_wide" --seed 19 --set hidden_size=128 \
+  --set time_step_rank=16 --set num_hidden_layers=1 >/dev/null
 "$py" "$tool" --preset mamba2-tiny --out "$out/mamba2_g2" --seed 3 --set n_groups=2 --set chunk_size=8 --untie >/dev/null
 "$py" "$tool" --preset mamba2-tiny --out "$out/mamba2_bf16" --seed 4 --dtype bf16 >/dev/null
 "$py" "$tool" --preset hybridlm-tiny --out "$out/hybridlm" --seed 5 >/dev/null

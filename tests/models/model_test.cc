@@ -712,6 +712,46 @@ TEST_P(Q4Values, Q4IsTheModelOfItsValues) {
 }
 INSTANTIATE_TEST_SUITE_P(Fixtures, Q4Values, ::testing::ValuesIn(kModels));
 
+// Mamba-1's batch-1 decode step runs dt_proj, softplus and the scan in one region over blocks of
+// 32 channels, dt_proj's rows as views of their own; a batch runs the three ops. The same tokens
+// decoded alone and beside another sequence must agree bitwise, with dt_proj in lane panels
+// (weights copied: 256 rows of 16) and row-major (mapped), with f32 and bf16 state.
+TEST(Mamba1Decode, FusedBatchOneStepEqualsTheBatchPath) {
+  for (bool mmap : {false, true})
+    for (DType state : {DType::F32, DType::BF16}) {
+      SCOPED_TRACE(std::string(mmap ? "mapped" : "copied") + " weights, state " + std::string(dtype_name(state)));
+      EngineOptions o = opts();
+      o.load.use_mmap = mmap;
+      o.state_dtype = state;
+      Engine e(fixtures() / "mamba1_wide", o);
+      const int V = e.vocab_size(), steps = 4;
+      const auto a = random_ids(9 + steps, V, 31), b = random_ids(5 + steps, V, 32);
+      // Alone: every decode step is one token of one sequence (the fused path).
+      std::vector<float> alone;
+      const int s = e.new_sequence();
+      e.prefill(s, std::span(a).first(9), false);
+      for (int t = 9; t < 9 + steps; ++t) {
+        const BatchRun run{s, 1};
+        const int row = 0;
+        std::span<const float> l = e.step(std::span(a).subspan(t, 1), std::span(&run, 1), std::span(&row, 1));
+        alone.insert(alone.end(), l.begin(), l.end());
+      }
+      e.free_sequence(s);
+      // Beside b: two tokens a step (the separate ops).
+      const int sa = e.new_sequence(), sb = e.new_sequence();
+      e.prefill(sa, std::span(a).first(9), false);
+      e.prefill(sb, std::span(b).first(5), false);
+      for (int k = 0; k < steps; ++k) {
+        const int32_t toks[2] = {a[9 + k], b[5 + k]};
+        const BatchRun runs[2] = {{sa, 1}, {sb, 1}};
+        const int rows[2] = {0, 1};
+        std::span<const float> l = e.step(toks, runs, rows);
+        for (int v = 0; v < V; ++v)
+          ASSERT_EQ(l[v], alone[static_cast<size_t>(k) * V + v]) << "decode step " << k << ", logit " << v;
+      }
+    }
+}
+
 std::string load_error(const std::filesystem::path& dir) {
   try {
     Engine e(dir, opts());
