@@ -10,7 +10,8 @@
 // -s replaces the shapes (query heads:KV heads x head_dim), -b sets the tokens per page, and -c
 // (hot) points every page of the table at one of 4 pages, which stay in L2: the same arithmetic
 // over the same number of keys without the memory traffic, so a cold run against a hot one
-// separates the kernel's arithmetic from its waiting on memory. -p 0 skips the prefill table.
+// separates the kernel's arithmetic from its waiting on memory (the read floor stays the cold
+// read of the whole buffer; at larger -b the 4 pages may outgrow L2). -p 0 skips the prefill table.
 //
 // Prints microseconds per call (the best of -r after a warm-up), the GB/s of K and V read, the
 // ratio to the read floor, and the nanoseconds per key and query head on each thread. Speed only:

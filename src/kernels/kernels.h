@@ -99,7 +99,8 @@ inline void for_panel_row(int r, int cols, Fn&& fn) {
 // Rows [r0, r0 + n) of an f32 or bf16 W as a matrix of their own (r0 a whole number of
 // kPanelRows, so a panel layout starts at a panel): a matmul of one token over it gives y[r0 ..
 // r0 + n) of the matmul over W, bitwise (a row's dot product depends on K and the SIMD path only).
-// False for q8_0 / q4_0 weights or an r0 inside a panel.
+// False for q8_0 / q4_0 weights, an r0 that is not a multiple of kPanelRows (in either layout), or
+// rows outside W.
 inline bool weight_rows(const WeightView& W, int r0, int n, WeightView& out) {
   if ((W.dtype != DType::F32 && W.dtype != DType::BF16) || r0 % kPanelRows != 0 || r0 < 0 || n < 0 ||
       r0 + n > W.rows)

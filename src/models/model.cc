@@ -110,8 +110,8 @@ void Model::reserve_kernels(ForwardScratch& sc, const KernelContext& ctx, int T)
   sc.kernel_tokens = std::max(T, sc.kernel_tokens);
   sc.kernel_threads = std::max(threads, sc.kernel_threads);
   ScratchNeed need = ctx.ops->scratch_floats(kernel_limits(sc.kernel_tokens));
-  // for_each_run (blocks/seq_run.h) runs single-token runs one per thread, each thread then the
-  // kernels' caller.
+  // for_each_run (blocks/seq_run.h) runs single-token runs one per thread, and Mamba-1's batch-1
+  // decode a block of channels per thread (blocks/mamba1.cc), each thread then the kernels' caller.
   need.worker = std::max(need.worker, ctx.ops->scratch_floats(kernel_limits(1)).caller);
   sc.kernels.reserve(sc.kernel_threads, need);
 }

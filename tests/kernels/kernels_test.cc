@@ -1363,14 +1363,14 @@ TEST_F(Kernels, AttentionOneCallEqualsOneQueryAtATime) {
   const int T = 23, block = 16;
   // AVX-512: value pieces of 32 and of 64 per pass in prefill blocks; from 62, the first query's
   // keys end one short of a 64-key tile that the block's later queries reach. Decode takes the
-  // scores of up to 4 query heads of a KV head together and the value sums of up to 8 (head_dim
-  // 32), 4 (64) or 2 (128, 256): query heads per KV head 1, 2, 3, 5 and 8 reach every group and
-  // remainder.
+  // scores of up to 4 query heads of a KV head together and the value sums of up to 8 / 4 / 2 per
+  // pass over 32 / 64 / 96-128 dims (head_dim 160: a pass of 128, then one of 32): query heads
+  // per KV head 1, 2, 3, 5, 7 and 8 reach groups of every size and their remainders.
   struct Heads {
     int heads, kv_heads;
   };
-  for (auto [heads, kv_heads] : {Heads{4, 2}, Heads{2, 2}, Heads{6, 2}, Heads{5, 1}, Heads{8, 1}})
-    for (int hd : {32, 64, 128, 256})
+  for (auto [heads, kv_heads] : {Heads{4, 2}, Heads{2, 2}, Heads{6, 2}, Heads{5, 1}, Heads{7, 1}, Heads{8, 1}})
+    for (int hd : {32, 64, 96, 128, 160, 256})
       for (int pos0 : {62, 70})
         for (DType dt : {DType::F32, DType::BF16, DType::F16}) {
           SCOPED_TRACE(std::string(dtype_name(dt)) + " head_dim " + std::to_string(hd) + " from " +

@@ -13,8 +13,8 @@
 //   softmax per query: masked past its last key, the tile's maximum, exp16 of the shifted
 //           scores, a running sum per lane;
 //   values  acc += p_j v_j over the tile, each value row widened once for the block (prefill)
-//           or for up to 8 / 4 / 2 of the item's query heads (decode; head_dim 32 / 64 / 96 and
-//           more, where a pass takes 32 / 64 / 96-128 of the head's dims).
+//           or for up to 8 / 4 / 2 of the item's query heads (decode: a pass over 32 / 64 /
+//           96-128 of the head's dims, head_dim in passes of 128 and a remainder).
 // Sharing the widening and the loads among heads made decode 1.3x faster from L2
 // (bench_attention -c) at 64K-128K keys on the granite, Llama-3-8B and qwen3-next shapes.
 // Rows are found by walking the page table (no division per key), and the next tile's rows are
@@ -121,7 +121,7 @@ HYBRIDLM_AVX512 HYBRIDLM_INLINE void add_values_heads(const typename Rows::Elem*
 }
 
 // add_values_heads over nh heads of one query in groups of up to 8 / NC heads (2 NC accumulators
-// each: at most 16, beside the NC widened rows, in registers).
+// each: at most 16, beside the 2 NC widened halves of the row, in registers).
 template <class Rows, int NC>
 HYBRIDLM_AVX512 HYBRIDLM_INLINE void add_values_all_heads(const typename Rows::Elem* const* vr, int off,
                                                           const float* const* p, int nb, float* const* acc, int nh) {
@@ -277,16 +277,16 @@ HYBRIDLM_AVX512 void attend(const float* q, int ld_q, const PagedKv& kv, int pos
         for (int b = 0; b < nb16_last / 16; ++b) {
           const Elem* const* kb = kr + 16 * b;
           for (int r = 0; r < nh;) {
-            const int g = std::min(4, nh - r);
+            const int heads = std::min(4, nh - r);
             const float* qg[4];
             float* og[4];
-            for (int i = 0; i < g; ++i) {
-              qg[i] = qsp(0, r + i);
-              og[i] = sch + (r + i) * kTile + 16 * b;
+            for (int h = 0; h < heads; ++h) {
+              qg[h] = qsp(0, r + h);
+              og[h] = sch + (r + h) * kTile + 16 * b;
             }
-            if (g == 4) scores_heads<Rows, 4>(kb, ng, qg, scale_v, og);
-            else if (g == 3) scores_heads<Rows, 3>(kb, ng, qg, scale_v, og);
-            else if (g == 2) scores_heads<Rows, 2>(kb, ng, qg, scale_v, og);
+            if (heads == 4) scores_heads<Rows, 4>(kb, ng, qg, scale_v, og);
+            else if (heads == 3) scores_heads<Rows, 3>(kb, ng, qg, scale_v, og);
+            else if (heads == 2) scores_heads<Rows, 2>(kb, ng, qg, scale_v, og);
             else {
               __m512 d[16];
               for (int k = 0; k < 16; ++k) d[k] = _mm512_setzero_ps();
@@ -300,7 +300,7 @@ HYBRIDLM_AVX512 void attend(const float* q, int ld_q, const PagedKv& kv, int pos
               }
               _mm512_store_ps(og[0], _mm512_mul_ps(sum16x16(d), scale_v));
             }
-            r += g;
+            r += heads;
           }
         }
       for (int r = 0; r < nh; ++r) {

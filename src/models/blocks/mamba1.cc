@@ -176,7 +176,8 @@ void mamba1_forward(const KernelContext& ctx, const Mamba1Spec& s, const Mamba1W
     }
     std::copy(row, row + R, sc.dt_in + static_cast<size_t>(t) * R);
   }
-  // The scan of channels [c0, c0 + n) of run r, gated by silu(z) (y: (T, I)).
+  // The scan of channels [c0, c0 + n) of run r, gated by silu(z) (y: (T, I)). The scan kernel
+  // takes its channel count as the row stride of dt and y, so n < I is for one-token runs only.
   auto scan_channels = [&](const KernelContext& c, const SeqRun& r, int c0, int n) {
     const size_t o = static_cast<size_t>(r.start), ch = static_cast<size_t>(c0);
     const float* dbc = sc.xdbc + o * ld_dbc;
