@@ -432,7 +432,7 @@ TEST_F(Kernels, WeightRowsGiveThoseRowsOfTheWholeMatmulBitwise) {
         auto x = randn(cols, 22), bias = randn(rows, 23);
         Out whole(rows);
         cpu::matmul(ctx, W, bias.data(), x.data(), 1, whole.data());
-        for (auto [r0, n] : {std::pair{0, 32}, {64, 96}, {288, 12}, {256, 44}, {0, 300}}) {
+        for (auto [r0, n] : {std::pair{0, 32}, {64, 96}, {288, 12}, {256, 44}, {0, 300}, {32, 20}}) {
           WeightView part;
           ASSERT_TRUE(weight_rows(W, r0, n, part));
           Out y(n);
@@ -443,11 +443,15 @@ TEST_F(Kernels, WeightRowsGiveThoseRowsOfTheWholeMatmulBitwise) {
         WeightView part;
         EXPECT_FALSE(weight_rows(W, 16, 32, part)) << "a first row inside a panel";
         EXPECT_FALSE(weight_rows(W, 288, 13, part)) << "past the last row";
+        EXPECT_FALSE(weight_rows(W, -32, 32, part)) << "a negative first row";
+        EXPECT_FALSE(weight_rows(W, 0, -1, part)) << "a negative count";
       }
   const auto wf = randn(64 * 64, 24, 0.1f);
   const Q8Matrix wq(wf, 64, 64);
+  const Q4Matrix w4(wf, 64, 64);
   WeightView part;
   EXPECT_FALSE(weight_rows(wq.view(), 0, 32, part)) << "q8_0";
+  EXPECT_FALSE(weight_rows(w4.view(), 0, 32, part)) << "q4_0";
 }
 
 TEST_F(Kernels, RmsNormMatchesRef) {
