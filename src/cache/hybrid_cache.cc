@@ -20,11 +20,12 @@ const char* layer_cache_kind_name(LayerCacheKind k) {
   return "?";
 }
 
-// The KV pages of every attention layer. Page p of layer l holds K then V, each (block_size,
-// n_kv_heads, head_dim), in elements of `dtype` (F32, BF16 or F16). One page id names the same
-// token range in every layer, so a sequence needs one block table for all layers. Storage is a
-// LazyHugeBuffer: pages are zero, the OS backs them with memory only when first written, and in
-// 2 MiB pages where it can (attention at long context reads rows from pages all over the pool).
+// The KV pages of every attention layer. Page p of layer l holds K then V, each (n_kv_heads,
+// block_size, head_dim): head-major, so a KV head's rows of a page are one run of memory (see
+// PagedKv). The elements are `dtype` (F32, BF16 or F16). One page id names the same token range in
+// every layer, so a sequence needs one block table for all layers. Storage is a LazyHugeBuffer:
+// pages are zero, the OS backs them with memory only when first written, and in 2 MiB pages where
+// it can (attention at long context reads rows from pages all over the pool).
 class KvPagePool {
  public:
   KvPagePool(const std::vector<KvLayerSpec>& layers, int block_size, int n_pages, DType dtype)
@@ -65,8 +66,10 @@ class KvPagePool {
   }
   PagedKv view(int layer, int block_size, const KvLayerSpec& spec, const int32_t* pages) {
     Layer& L = layers_[layer];
-    return {L.data.data(), L.data.data() + L.v_offset * elem_bytes_, pages, block_size, spec.n_kv_heads, spec.head_dim,
-            L.page_elems, dtype_};
+    PagedKv kv{L.data.data(), L.data.data() + L.v_offset * elem_bytes_, pages, block_size, spec.n_kv_heads,
+               spec.head_dim, L.page_elems, dtype_};
+    kv.head_major = true;
+    return kv;
   }
 
  private:

@@ -146,10 +146,14 @@ struct GdnDims {
 };
 
 // One attention layer's view of one sequence's paged KV cache. Token j of the sequence lives in
-// page pages[j / block_size] at row j % block_size; a page holds K and V as (block_size,
-// n_kv_heads, head_dim) each, `page_stride` elements apart from the next page. The elements are
-// `dtype`: F32 (float), or BF16 / F16 (uint16_t bit patterns), rounded to nearest even when a row
-// is stored and widened to f32 by whatever reads them.
+// page pages[j / block_size] at row j % block_size; a page holds K and V, block_size x
+// n_kv_heads x head_dim elements each, `page_stride` elements apart from the next page. Inside a
+// page the elements lie token-major, each token's n_kv_heads x head_dim row together (training's
+// one-page views), or head-major, each KV head's block_size rows of head_dim together (the
+// cache's pages: a head's keys are then one run of memory per page, which decode at depth reads
+// faster than a head's piece of every token's row). The elements are `dtype`: F32 (float), or
+// BF16 / F16 (uint16_t bit patterns), rounded to nearest even when a row is stored and widened to
+// f32 by whatever reads them.
 struct PagedKv {
   void* k = nullptr;  // K of page 0 of this layer
   void* v = nullptr;  // V of page 0 of this layer
@@ -157,49 +161,59 @@ struct PagedKv {
   int block_size = 0, n_kv_heads = 0, head_dim = 0;
   size_t page_stride = 0;  // in elements
   DType dtype = DType::F32;
+  bool head_major = false;
   size_t row_elems() const { return static_cast<size_t>(n_kv_heads) * head_dim; }
-  size_t row_offset(int token) const {
-    return static_cast<size_t>(pages[token / block_size]) * page_stride +
-           static_cast<size_t>(token % block_size) * row_elems();
+  // Elements from one token's row of a head to the next token's (same page), and from one head's
+  // row of a token to the next head's.
+  size_t token_stride() const { return head_major ? static_cast<size_t>(head_dim) : row_elems(); }
+  size_t head_stride() const {
+    return head_major ? static_cast<size_t>(block_size) * head_dim : static_cast<size_t>(head_dim);
   }
-  // The row of `token` as stored: T = float for F32, uint16_t for BF16 and F16.
-  template <class T>
-  T* k_row(int token) const { return static_cast<T*>(k) + row_offset(token); }
-  template <class T>
-  T* v_row(int token) const { return static_cast<T*>(v) + row_offset(token); }
-  // Stores one token's K and V (row_elems() floats each), rounded to dtype; F32 copies them.
+  // Where the head_dim elements of KV head `head` of `token` start.
+  size_t offset(int token, int head) const {
+    return static_cast<size_t>(pages[token / block_size]) * page_stride +
+           static_cast<size_t>(token % block_size) * token_stride() + static_cast<size_t>(head) * head_stride();
+  }
+  // Stores one token's K and V (row_elems() floats each, head after head), rounded to dtype; F32
+  // copies them.
   void store(int token, const float* k_src, const float* v_src) const {
     store_row(k, token, k_src);
     store_row(v, token, v_src);
   }
-  // One token's K or V widened to f32 (exact): row_elems() floats.
+  // One token's K or V widened to f32 (exact): row_elems() floats, head after head.
   void load_k(int token, float* out) const { load_row(k, token, out); }
   void load_v(int token, float* out) const { load_row(v, token, out); }
 
  private:
   void store_row(void* base, int token, const float* src) const {
-    const size_t n = row_elems(), off = row_offset(token);
-    if (dtype == DType::F32) {
-      std::copy_n(src, n, static_cast<float*>(base) + off);
-      return;
+    const size_t n = static_cast<size_t>(head_dim);
+    for (int h = 0; h < n_kv_heads; ++h, src += n) {
+      const size_t off = offset(token, h);
+      if (dtype == DType::F32) {
+        std::copy_n(src, n, static_cast<float*>(base) + off);
+        continue;
+      }
+      uint16_t* dst = static_cast<uint16_t*>(base) + off;
+      if (dtype == DType::BF16)
+        for (size_t i = 0; i < n; ++i) dst[i] = f32_to_bf16(src[i]);
+      else
+        for (size_t i = 0; i < n; ++i) dst[i] = f32_to_f16(src[i]);
     }
-    uint16_t* dst = static_cast<uint16_t*>(base) + off;
-    if (dtype == DType::BF16)
-      for (size_t i = 0; i < n; ++i) dst[i] = f32_to_bf16(src[i]);
-    else
-      for (size_t i = 0; i < n; ++i) dst[i] = f32_to_f16(src[i]);
   }
   void load_row(const void* base, int token, float* out) const {
-    const size_t n = row_elems(), off = row_offset(token);
-    if (dtype == DType::F32) {
-      std::copy_n(static_cast<const float*>(base) + off, n, out);
-      return;
+    const size_t n = static_cast<size_t>(head_dim);
+    for (int h = 0; h < n_kv_heads; ++h, out += n) {
+      const size_t off = offset(token, h);
+      if (dtype == DType::F32) {
+        std::copy_n(static_cast<const float*>(base) + off, n, out);
+        continue;
+      }
+      const uint16_t* src = static_cast<const uint16_t*>(base) + off;
+      if (dtype == DType::BF16)
+        for (size_t i = 0; i < n; ++i) out[i] = bf16_to_f32(src[i]);
+      else
+        for (size_t i = 0; i < n; ++i) out[i] = f16_to_f32(src[i]);
     }
-    const uint16_t* src = static_cast<const uint16_t*>(base) + off;
-    if (dtype == DType::BF16)
-      for (size_t i = 0; i < n; ++i) out[i] = bf16_to_f32(src[i]);
-    else
-      for (size_t i = 0; i < n; ++i) out[i] = f16_to_f32(src[i]);
   }
 };
 

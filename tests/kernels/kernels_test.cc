@@ -1209,10 +1209,12 @@ TEST_F(Kernels, RopeMatchesComplexRotation) {
 }
 
 // A paged KV cache with pages scattered in a pool, filled with random K and V for n tokens, stored
-// as `dtype`: k and v hold the f32 values (for bf16 / f16 already rounded to that dtype, so the
-// f32 copies are the exact values the kernels read), k16 and v16 their 16-bit patterns.
+// as `dtype`, token-major or head-major inside a page: k and v hold the f32 values (for bf16 / f16
+// already rounded to that dtype, so the f32 copies are the exact values the kernels read), k16 and
+// v16 their 16-bit patterns.
 struct PagedFixture {
-  PagedFixture(int n_tokens, int block, int kv_heads, int hd, uint64_t seed, DType dtype = DType::F32) {
+  PagedFixture(int n_tokens, int block, int kv_heads, int hd, uint64_t seed, DType dtype = DType::F32,
+               bool head_major = false) {
     const int n_pages = (n_tokens + block - 1) / block;
     for (int p = 0; p < n_pages; ++p) table.push_back(2 * n_pages - 1 - 2 * p);  // reversed, with gaps
     kv.block_size = block;
@@ -1220,6 +1222,7 @@ struct PagedFixture {
     kv.head_dim = hd;
     kv.page_stride = static_cast<size_t>(block) * kv_heads * hd + 3;
     kv.dtype = dtype;
+    kv.head_major = head_major;
     k = randn(kv.page_stride * 2 * n_pages, seed);
     v = randn(kv.page_stride * 2 * n_pages, seed + 1);
     if (dtype == DType::F32) {
@@ -1239,6 +1242,29 @@ struct PagedFixture {
       kv.v = v16.data();
     }
     kv.pages = table.data();
+  }
+  // Where element i of KV head h of token j lies in k and v, written out for each layout.
+  size_t at(int j, int h, int i) const {
+    const size_t page = static_cast<size_t>(table[j / kv.block_size]) * kv.page_stride;
+    const size_t row = static_cast<size_t>(j % kv.block_size);
+    if (kv.head_major) return page + (static_cast<size_t>(h) * kv.block_size + row) * kv.head_dim + i;
+    return page + (row * kv.n_kv_heads + h) * kv.head_dim + i;
+  }
+  // The other layout holding the same values for every (token, head): the pool's other positions
+  // keep the fixture's random fill.
+  PagedFixture relaid(int n_tokens, uint64_t seed) const {
+    PagedFixture o(n_tokens, kv.block_size, kv.n_kv_heads, kv.head_dim, seed, kv.dtype, !kv.head_major);
+    for (int j = 0; j < n_tokens; ++j)
+      for (int h = 0; h < kv.n_kv_heads; ++h)
+        for (int i = 0; i < kv.head_dim; ++i) {
+          o.k[o.at(j, h, i)] = k[at(j, h, i)];
+          o.v[o.at(j, h, i)] = v[at(j, h, i)];
+          if (kv.dtype != DType::F32) {
+            o.k16[o.at(j, h, i)] = k16[at(j, h, i)];
+            o.v16[o.at(j, h, i)] = v16[at(j, h, i)];
+          }
+        }
+    return o;
   }
   // The same values as an f32 cache (for bf16 / f16: the widened stored values).
   PagedKv as_f32() {
@@ -1290,39 +1316,41 @@ TEST_F(Kernels, AttentionMatchesRefAndDenseSoftmax) {
                         {"block size 1", 3, 4, 2, 1, 8, 1},
                         {"decode over 1000 keys, 12 query heads on one KV head (two items)", 999, 1, 12, 1, 64, 16},
                         {"head_dim 256, GQA 16:2, queries across a tile boundary", 60, 8, 16, 2, 256, 32}};
-  for (const Case& c : cases) {
-    SCOPED_TRACE(c.label);
-    PagedFixture f(c.pos0 + c.T, c.block, c.kv_heads, c.hd, 50);
-    const int ld = c.heads * c.hd + 7;
-    auto q = randn(static_cast<size_t>(c.T) * ld, 52, 0.5f);
-    const size_t n = static_cast<size_t>(c.T) * c.heads * c.hd;
-    const float scale = 1.0f / std::sqrt(static_cast<float>(c.hd));
-    Out got(n), want(n);
-    cpu::attention(ctx, q.data(), ld, f.kv, c.pos0, c.T, c.heads, scale, got.data());
-    ref::attention(ref_ctx, q.data(), ld, f.kv, c.pos0, c.T, c.heads, scale, want.data());
-    got.expect_guard();
-    EXPECT_LT(rel_err(got.data(), want.data(), n), tol::kAttention);
-    // Independent check of one (query, head): the softmax written out densely.
-    const int t = c.T - 1, h = c.heads - 1, kvh = h / (c.heads / c.kv_heads), n_keys = c.pos0 + t + 1;
-    std::vector<double> p(n_keys);
-    double mx = -1e300, sum = 0;
-    for (int j = 0; j < n_keys; ++j) {
-      const int page = f.table[j / c.block], row = j % c.block;
-      const float* kr = f.k.data() + page * f.kv.page_stride + (static_cast<size_t>(row) * c.kv_heads + kvh) * c.hd;
-      double d = 0;
-      for (int i = 0; i < c.hd; ++i) d += double(q[static_cast<size_t>(t) * ld + h * c.hd + i]) * kr[i];
-      mx = std::max(mx, p[j] = d * scale);
-    }
-    for (double& x : p) sum += (x = std::exp(x - mx));
-    for (int i = 0; i < c.hd; ++i) {
-      double o = 0;
+  for (const Case& c : cases)
+    for (bool head_major : {false, true}) {
+      SCOPED_TRACE(std::string(c.label) + (head_major ? ", head-major" : ", token-major"));
+      PagedFixture f(c.pos0 + c.T, c.block, c.kv_heads, c.hd, 50, DType::F32, head_major);
+      const int ld = c.heads * c.hd + 7;
+      auto q = randn(static_cast<size_t>(c.T) * ld, 52, 0.5f);
+      const size_t n = static_cast<size_t>(c.T) * c.heads * c.hd;
+      const float scale = 1.0f / std::sqrt(static_cast<float>(c.hd));
+      Out got(n), want(n), other(n);
+      cpu::attention(ctx, q.data(), ld, f.kv, c.pos0, c.T, c.heads, scale, got.data());
+      ref::attention(ref_ctx, q.data(), ld, f.kv, c.pos0, c.T, c.heads, scale, want.data());
+      got.expect_guard();
+      EXPECT_LT(rel_err(got.data(), want.data(), n), tol::kAttention);
+      // The layout moves the rows, not the arithmetic: the same values laid out the other way
+      // give bitwise the same result.
+      PagedFixture g = f.relaid(c.pos0 + c.T, 51);
+      cpu::attention(ctx, q.data(), ld, g.kv, c.pos0, c.T, c.heads, scale, other.data());
+      EXPECT_EQ(std::memcmp(got.data(), other.data(), n * sizeof(float)), 0) << "the other layout";
+      // Independent check of one (query, head): the softmax written out densely.
+      const int t = c.T - 1, h = c.heads - 1, kvh = h / (c.heads / c.kv_heads), n_keys = c.pos0 + t + 1;
+      std::vector<double> p(n_keys);
+      double mx = -1e300, sum = 0;
       for (int j = 0; j < n_keys; ++j) {
-        const int page = f.table[j / c.block], row = j % c.block;
-        o += p[j] / sum * f.v[page * f.kv.page_stride + (static_cast<size_t>(row) * c.kv_heads + kvh) * c.hd + i];
+        double d = 0;
+        for (int i = 0; i < c.hd; ++i)
+          d += double(q[static_cast<size_t>(t) * ld + h * c.hd + i]) * f.k[f.at(j, kvh, i)];
+        mx = std::max(mx, p[j] = d * scale);
       }
-      EXPECT_NEAR(want.v[static_cast<size_t>(t) * c.heads * c.hd + h * c.hd + i], o, tol::kAttentionVsF64);
+      for (double& x : p) sum += (x = std::exp(x - mx));
+      for (int i = 0; i < c.hd; ++i) {
+        double o = 0;
+        for (int j = 0; j < n_keys; ++j) o += p[j] / sum * f.v[f.at(j, kvh, i)];
+        EXPECT_NEAR(want.v[static_cast<size_t>(t) * c.heads * c.hd + h * c.hd + i], o, tol::kAttentionVsF64);
+      }
     }
-  }
 }
 
 // bf16 / f16 KV pages: the cpu kernel widens each stored element in registers (no copy of the
@@ -1337,27 +1365,29 @@ TEST_F(Kernels, AttentionOverBf16AndF16KvPages) {
                         {"continuation chunk over 300 keys, MQA, head_dim 24, pages of 5", 270, 40, 3, 1, 24, 5},
                         {"decode over 1000 keys, head_dim 64", 999, 1, 8, 2, 64, 16}};
   for (DType dt : {DType::BF16, DType::F16})
-    for (const Case& c : cases) {
-      SCOPED_TRACE(std::string(dtype_name(dt)) + ": " + c.label);
-      PagedFixture exact(c.pos0 + c.T, c.block, c.kv_heads, c.hd, 50);
-      PagedFixture f(c.pos0 + c.T, c.block, c.kv_heads, c.hd, 50, dt);
-      const int ld = c.heads * c.hd + 7;
-      auto q = randn(static_cast<size_t>(c.T) * ld, 52, 0.5f);
-      const size_t n = static_cast<size_t>(c.T) * c.heads * c.hd;
-      const float scale = 1.0f / std::sqrt(static_cast<float>(c.hd));
-      Out got(n), want(n), widened(n), full(n);
-      cpu::attention(ctx, q.data(), ld, f.kv, c.pos0, c.T, c.heads, scale, got.data());
-      ref::attention(ref_ctx, q.data(), ld, f.kv, c.pos0, c.T, c.heads, scale, want.data());
-      cpu::attention(ctx, q.data(), ld, f.as_f32(), c.pos0, c.T, c.heads, scale, widened.data());
-      ref::attention(ref_ctx, q.data(), ld, exact.kv, c.pos0, c.T, c.heads, scale, full.data());
-      got.expect_guard();
-      EXPECT_LT(rel_err(got.data(), want.data(), n), tol::kAttention);
-      EXPECT_EQ(std::memcmp(got.data(), widened.data(), n * sizeof(float)), 0)
-          << "16-bit pages must give the f32 kernel's result on the widened values";
-      const double err = rel_err(want.data(), full.data(), n);
-      std::printf("%s %s: vs f32 KV %.2e\n", dtype_name(dt).data(), c.label, err);
-      EXPECT_LT(err, dt == DType::BF16 ? tol::kAttentionKvBf16 : tol::kAttentionKvF16);
-    }
+    for (const Case& c : cases)
+      for (bool head_major : {false, true}) {
+        SCOPED_TRACE(std::string(dtype_name(dt)) + ": " + c.label + (head_major ? ", head-major" : ", token-major"));
+        PagedFixture exact(c.pos0 + c.T, c.block, c.kv_heads, c.hd, 50, DType::F32, head_major);
+        PagedFixture f(c.pos0 + c.T, c.block, c.kv_heads, c.hd, 50, dt, head_major);
+        const int ld = c.heads * c.hd + 7;
+        auto q = randn(static_cast<size_t>(c.T) * ld, 52, 0.5f);
+        const size_t n = static_cast<size_t>(c.T) * c.heads * c.hd;
+        const float scale = 1.0f / std::sqrt(static_cast<float>(c.hd));
+        Out got(n), want(n), widened(n), full(n);
+        cpu::attention(ctx, q.data(), ld, f.kv, c.pos0, c.T, c.heads, scale, got.data());
+        ref::attention(ref_ctx, q.data(), ld, f.kv, c.pos0, c.T, c.heads, scale, want.data());
+        cpu::attention(ctx, q.data(), ld, f.as_f32(), c.pos0, c.T, c.heads, scale, widened.data());
+        ref::attention(ref_ctx, q.data(), ld, exact.kv, c.pos0, c.T, c.heads, scale, full.data());
+        got.expect_guard();
+        EXPECT_LT(rel_err(got.data(), want.data(), n), tol::kAttention);
+        EXPECT_EQ(std::memcmp(got.data(), widened.data(), n * sizeof(float)), 0)
+            << "16-bit pages must give the f32 kernel's result on the widened values";
+        const double err = rel_err(want.data(), full.data(), n);
+        std::printf("%s %s%s: vs f32 KV %.2e\n", dtype_name(dt).data(), c.label, head_major ? " (head-major)" : "",
+                    err);
+        EXPECT_LT(err, dt == DType::BF16 ? tol::kAttentionKvBf16 : tol::kAttentionKvF16);
+      }
 }
 
 // Decode == prefill inside the kernel, at every KV dtype: T queries in one call give bitwise what T
@@ -1377,9 +1407,11 @@ TEST_F(Kernels, AttentionOneCallEqualsOneQueryAtATime) {
     for (int hd : {32, 64, 96, 128, 160, 256})
       for (int pos0 : {62, 70})
         for (DType dt : {DType::F32, DType::BF16, DType::F16}) {
+          const bool head_major = (hd / 32 + pos0) % 2 == 0;  // each layout at every head split and dtype
           SCOPED_TRACE(std::string(dtype_name(dt)) + " head_dim " + std::to_string(hd) + " from " +
-                       std::to_string(pos0) + ", " + std::to_string(heads) + " heads on " + std::to_string(kv_heads));
-          PagedFixture f(pos0 + T, block, kv_heads, hd, 53, dt);
+                       std::to_string(pos0) + ", " + std::to_string(heads) + " heads on " + std::to_string(kv_heads) +
+                       (head_major ? ", head-major" : ", token-major"));
+          PagedFixture f(pos0 + T, block, kv_heads, hd, 53, dt, head_major);
           const int ld = heads * hd;
           auto q = randn(static_cast<size_t>(T) * ld, 54, 0.5f);
           const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
@@ -1400,46 +1432,57 @@ TEST(PagedKvRows, StoreRoundsToNearestEvenAndLoadWidens) {
   // 1 + 2^-11 is halfway between f16 1 and 1 + 2^-10: even is 1.
   const float k_in[4] = {1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f, 1.0f + 0x1p-11f, -3.0e-7f};
   const float v_in[4] = {65504.0f, 1.0e-8f, 0.1f, -2.5f};
-  for (DType dt : {DType::F32, DType::BF16, DType::F16}) {
-    SCOPED_TRACE(dtype_name(dt));
-    std::vector<uint8_t> k(2 * 2 * 4 * dtype_size(dt), 0xee), v(k.size(), 0xee);
-    PagedKv kv;
-    kv.k = k.data();
-    kv.v = v.data();
-    kv.pages = table;
-    kv.block_size = 2;
-    kv.n_kv_heads = 2;
-    kv.head_dim = 2;
-    kv.page_stride = 8;  // a page: 2 rows of 2 heads x 2
-    kv.dtype = dt;
-    kv.store(3, k_in, v_in);  // page 0 (table[1]), row 1
-    float k_out[4], v_out[4];
-    kv.load_k(3, k_out);
-    kv.load_v(3, v_out);
-    auto rounded = [&](float x) {
-      if (dt == DType::BF16) return bf16_to_f32(f32_to_bf16(x));
-      if (dt == DType::F16) return f16_to_f32(f32_to_f16(x));
-      return x;
-    };
-    for (int i = 0; i < 4; ++i) {
-      EXPECT_EQ(k_out[i], rounded(k_in[i])) << i;
-      EXPECT_EQ(v_out[i], rounded(v_in[i])) << i;
-    }
-    if (dt == DType::BF16) {
-      EXPECT_EQ(k_out[0], 1.0f);
-      EXPECT_EQ(k_out[1], 1.0f + 0x1p-6f);
-    }
-    if (dt == DType::F16) {
-      EXPECT_EQ(k_out[2], 1.0f);
-    }
-    // Only the row of token 3 was written: page 0, row 1 of K (and of V).
-    const size_t row_bytes = 4 * dtype_size(dt);
-    for (size_t b = 0; b < k.size(); ++b) {
-      if (b < row_bytes || b >= 2 * row_bytes) {
-        EXPECT_EQ(k[b], 0xee) << "byte " << b;
+  for (bool head_major : {false, true})
+    for (DType dt : {DType::F32, DType::BF16, DType::F16}) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + (head_major ? ", head-major" : ", token-major"));
+      std::vector<uint8_t> k(2 * 2 * 4 * dtype_size(dt), 0xee), v(k.size(), 0xee);
+      PagedKv kv;
+      kv.k = k.data();
+      kv.v = v.data();
+      kv.pages = table;
+      kv.block_size = 2;
+      kv.n_kv_heads = 2;
+      kv.head_dim = 2;
+      kv.page_stride = 8;  // a page: 2 rows of 2 heads x 2
+      kv.dtype = dt;
+      kv.head_major = head_major;
+      kv.store(3, k_in, v_in);  // page 0 (table[1]), row 1
+      float k_out[4], v_out[4];
+      kv.load_k(3, k_out);
+      kv.load_v(3, v_out);
+      auto rounded = [&](float x) {
+        if (dt == DType::BF16) return bf16_to_f32(f32_to_bf16(x));
+        if (dt == DType::F16) return f16_to_f32(f32_to_f16(x));
+        return x;
+      };
+      for (int i = 0; i < 4; ++i) {
+        EXPECT_EQ(k_out[i], rounded(k_in[i])) << i;
+        EXPECT_EQ(v_out[i], rounded(v_in[i])) << i;
+      }
+      if (dt == DType::BF16) {
+        EXPECT_EQ(k_out[0], 1.0f);
+        EXPECT_EQ(k_out[1], 1.0f + 0x1p-6f);
+      }
+      if (dt == DType::F16) {
+        EXPECT_EQ(k_out[2], 1.0f);
+      }
+      // Where token 3's elements went, page 0: token-major, row 1 (elements 4-7); head-major, row 1
+      // of head 0 (elements 2, 3) and of head 1 (6, 7). Nothing else was written.
+      const int where[4] = {head_major ? 2 : 4, head_major ? 3 : 5, 6, 7};
+      if (dt == DType::F32)
+        for (int i = 0; i < 4; ++i) {
+          float x;
+          std::memcpy(&x, k.data() + 4 * where[i], 4);
+          EXPECT_EQ(x, k_in[i]) << "K element " << i;
+        }
+      for (size_t b = 0; b < k.size(); ++b) {
+        const size_t e = b / dtype_size(dt);
+        if (std::find(where, where + 4, static_cast<int>(e)) == where + 4) {
+          EXPECT_EQ(k[b], 0xee) << "byte " << b;
+          EXPECT_EQ(v[b], 0xee) << "byte " << b;
+        }
       }
     }
-  }
 }
 
 TEST_F(Kernels, ActivationsMatchRef) {

@@ -81,10 +81,11 @@ alignas(64) constexpr float kZeroRow[kMaxHd] = {};
 // The offsets of successive keys' rows of KV head g (key 0 first), walking the page table: no
 // division per key.
 struct RowWalk {
-  RowWalk(const PagedKv& kv, int g) : kv(kv), head_off(static_cast<size_t>(g) * kv.head_dim) {}
+  RowWalk(const PagedKv& kv, int g)
+      : kv(kv), head_off(static_cast<size_t>(g) * kv.head_stride()), token_stride(kv.token_stride()) {}
   size_t next() {
-    const size_t off = static_cast<size_t>(kv.pages[page]) * kv.page_stride +
-                       static_cast<size_t>(in_page) * kv.row_elems() + head_off;
+    const size_t off =
+        static_cast<size_t>(kv.pages[page]) * kv.page_stride + static_cast<size_t>(in_page) * token_stride + head_off;
     if (++in_page == kv.block_size) {
       in_page = 0;
       ++page;
@@ -92,7 +93,7 @@ struct RowWalk {
     return off;
   }
   const PagedKv& kv;
-  size_t head_off;
+  size_t head_off, token_stride;
   int page = 0, in_page = 0;
 };
 

@@ -56,7 +56,7 @@ HYBRIDLM_INLINE void attention_items(Kv, const float* q, int ld_q, const PagedKv
                                      float scale, float* out, size_t ib, size_t ie) {
   using Elem = typename Kv::Elem;
   const int hd = kv.head_dim, rep = n_heads / kv.n_kv_heads, subs = (rep + kRepMax - 1) / kRepMax;
-  const size_t per_query = static_cast<size_t>(kv.n_kv_heads) * subs, row = kv.row_elems();
+  const size_t per_query = static_cast<size_t>(kv.n_kv_heads) * subs, row = kv.token_stride();
   const int tile = std::min(kKeyTile, kWideFloats / hd);
   const Elem* k_base = static_cast<const Elem*>(kv.k);
   const Elem* v_base = static_cast<const Elem*>(kv.v);
@@ -77,8 +77,8 @@ HYBRIDLM_INLINE void attention_items(Kv, const float* q, int ld_q, const PagedKv
     for (int j0 = 0; j0 < n_keys; j0 += tile) {
       const int nb = std::min(tile, n_keys - j0);
       for (int j = 0; j < nb; ++j) {
-        const size_t off = static_cast<size_t>(kv.pages[page]) * kv.page_stride +
-                           static_cast<size_t>(in_page) * row + static_cast<size_t>(g) * hd;
+        const size_t off = static_cast<size_t>(kv.pages[page]) * kv.page_stride + static_cast<size_t>(in_page) * row +
+                           static_cast<size_t>(g) * kv.head_stride();
         if (++in_page == kv.block_size) {
           in_page = 0;
           ++page;
