@@ -1,5 +1,5 @@
-// Decode attention at depth: one query per call over D cached keys (bf16 head-major pages of 16
-// tokens, as the cache stores them by default), cpu::attention against a plain read of the same K
+// Decode attention at depth: one query per call over D cached keys (bf16 pages of 16 tokens, each
+// KV head in its own region of the pool, as the cache stores them by default), cpu::attention against a plain read of the same K
 // and V bytes measured in the same run (a 4-accumulator AVX-512 sum over the rows, the memory-speed
 // floor of the step; the cache is far larger than L2 from D = 4K on these shapes). Shapes: the
 // attention layers of the granite-4.0-h-350m preset (12 query heads on 4 KV heads of 64), of a
@@ -8,7 +8,8 @@
 //   build/bench_attention [-t 2] [-r 20] [-d 1024,16384,65536] [-p 2048] [-s 12:4x64,...] [-b 16] [-T] [-c]
 //
 // -s replaces the shapes (query heads:KV heads x head_dim), -b sets the tokens per page, -T lays
-// pages out token-major (each token's row of all KV heads together) instead of head-major, and -c
+// pages out token-major (each token's row of all KV heads together, as training's views), -o
+// keeps the pages in order in the pool (a fresh cache's one sequence; by default shuffled), and -c
 // (hot) points every page of the table at one of 4 pages, which stay in L2: the same arithmetic
 // over the same number of keys without the memory traffic, so a cold run against a hot one
 // separates the kernel's arithmetic from its waiting on memory (the read floor stays the cold
@@ -72,9 +73,10 @@ __attribute__((target("avx512f"))) float read_blocks(const uint16_t* k, const ui
 // so the call measures the kernel's arithmetic without the memory traffic.
 constexpr int kHotPages = 4;
 
-// bf16 K and V pages for D tokens of one layer, pages shuffled in the pool as a cache's are.
+// bf16 K and V pages for D tokens of one layer, in order or shuffled in the pool as a cache's are
+// after many sequences came and went.
 struct Pages {
-  Pages(int D, int kv_heads, int hd, int block, bool head_major, std::mt19937& rng, bool hot) {
+  Pages(int D, int kv_heads, int hd, int block, bool head_regions, bool in_order, std::mt19937& rng, bool hot) {
     const int n_pages = (D + block - 1) / block;
     const size_t row = static_cast<size_t>(kv_heads) * hd;
     elems = static_cast<size_t>(n_pages) * block * row;
@@ -86,16 +88,22 @@ struct Pages {
     }
     table.resize(n_pages);
     for (int p = 0; p < n_pages; ++p) table[p] = hot ? p % kHotPages : p;
-    std::shuffle(table.begin(), table.end(), rng);
+    if (!in_order) std::shuffle(table.begin(), table.end(), rng);
     kv.k = k.data();
     kv.v = v.data();
     kv.pages = table.data();
     kv.block_size = block;
     kv.n_kv_heads = kv_heads;
     kv.head_dim = hd;
-    kv.page_stride = static_cast<size_t>(block) * row;
     kv.dtype = hybridlm::DType::BF16;
-    kv.head_major = head_major;
+    if (head_regions) {  // the cache's layout: K of head h, page p at (h * n_pages + p) * block * hd
+      kv.page_stride = static_cast<size_t>(block) * hd;
+      kv.token_stride = static_cast<size_t>(hd);
+      kv.head_stride = kv.page_stride * n_pages;
+    } else {
+      kv.page_stride = static_cast<size_t>(block) * row;
+      kv.set_token_major();
+    }
   }
   size_t elems = 0;
   std::vector<uint16_t, hybridlm::HugePageAllocator<uint16_t>> k, v;
@@ -117,21 +125,22 @@ std::vector<int> parse_list(const std::string& s) {
 
 int main(int argc, char** argv) {
   int threads = 2, reps = 20, block = 16;
-  bool hot = false, head_major = true;
+  bool hot = false, head_regions = true, in_order = false;
   std::string depths = "1024,4096,16384,65536", prompts = "2048", shape_list;
-  for (int c; (c = getopt(argc, argv, "t:r:d:p:s:b:Tc")) != -1;) {
+  for (int c; (c = getopt(argc, argv, "t:r:d:p:s:b:Toc")) != -1;) {
     if (c == 't') threads = std::atoi(optarg);
     else if (c == 'r') reps = std::atoi(optarg);
     else if (c == 'd') depths = optarg;
     else if (c == 'p') prompts = optarg;
     else if (c == 'c') hot = true;
-    else if (c == 'T') head_major = false;
+    else if (c == 'T') head_regions = false;
+    else if (c == 'o') in_order = true;
     else if (c == 's') shape_list = optarg;
     else if (c == 'b') block = std::max(1, std::atoi(optarg));
     else {
       std::fprintf(
           stderr,
-          "usage: %s [-t threads] [-r reps] [-d depth,...] [-p prompt,...] [-s H:KVxHD,...] [-b block] [-T] [-c]\n",
+          "usage: %s [-t threads] [-r reps] [-d depth,...] [-p prompt,...] [-s H:KVxHD,...] [-b block] [-T] [-o] [-c]\n",
           argv[0]);
       return 2;
     }
@@ -162,14 +171,15 @@ int main(int argc, char** argv) {
   std::mt19937 rng(7);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   std::vector<float> sink(256);
-  std::printf("Decode: one query over D keys, %s pages of %d tokens%s\n\n", head_major ? "head-major" : "token-major",
-              block, hot ? " (hot: every page one of 4, in L2)" : "");
+  std::printf("Decode: one query over D keys, pages of %d tokens, %s, %s%s\n\n", block,
+              head_regions ? "each KV head its own region" : "token-major", in_order ? "in order" : "shuffled",
+              hot ? " (hot: every page one of 4, in L2)" : "");
   std::printf("| shape | depth | KV MiB | attention us | GB/s | read floor us | attention / floor | "
               "ns per key and head per thread |\n");
   std::printf("|---|---|---|---|---|---|---|---|\n");
   for (const Shape& s : shapes)
     for (int D : parse_list(depths)) {
-      Pages pg(D, s.kv_heads, s.hd, block, head_major, rng, hot);
+      Pages pg(D, s.kv_heads, s.hd, block, head_regions, in_order, rng, hot);
       std::vector<float> q(static_cast<size_t>(s.heads) * s.hd), out(q.size());
       for (float& x : q) x = 0.1f * nd(rng);
       const double us = best_us(reps, [&] {
@@ -192,7 +202,7 @@ int main(int argc, char** argv) {
   for (const Shape& s : shapes)
     for (int P : prompt_list) {
       if (P <= 0) continue;
-      Pages pg(P, s.kv_heads, s.hd, block, head_major, rng, hot);
+      Pages pg(P, s.kv_heads, s.hd, block, head_regions, in_order, rng, hot);
       std::vector<float> q(static_cast<size_t>(P) * s.heads * s.hd), out(q.size());
       for (float& x : q) x = 0.1f * nd(rng);
       const double us = best_us(std::max(1, reps / 10), [&] {

@@ -20,24 +20,26 @@ const char* layer_cache_kind_name(LayerCacheKind k) {
   return "?";
 }
 
-// The KV pages of every attention layer. Page p of layer l holds K then V, each (n_kv_heads,
-// block_size, head_dim): head-major, so a KV head's rows of a page are one run of memory (see
-// PagedKv). The elements are `dtype` (F32, BF16 or F16). One page id names the same token range in
-// every layer, so a sequence needs one block table for all layers. Storage is a LazyHugeBuffer:
-// pages are zero, the OS backs them with memory only when first written, and in 2 MiB pages where
-// it can (attention at long context reads rows from pages all over the pool).
+// The KV pages of every attention layer. Layer l's storage is K then V, each n_kv_heads regions
+// of n_pages pages of (block_size, head_dim): each KV head has its own region, so a head's keys
+// are one run of memory per page, and one long run over pages taken in order (see PagedKv). The
+// elements are `dtype` (F32, BF16 or F16). One page id names the same token range in every layer,
+// so a sequence needs one block table for all layers. Storage is a LazyHugeBuffer: pages are
+// zero, the OS backs them with memory only when first written, and in 2 MiB pages where it can
+// (attention at long context reads rows from pages all over the pool).
 class KvPagePool {
  public:
   KvPagePool(const std::vector<KvLayerSpec>& layers, int block_size, int n_pages, DType dtype)
       : dtype_(dtype), elem_bytes_(dtype_size(dtype)), refs_(static_cast<size_t>(n_pages), 0) {
     for (const KvLayerSpec& l : layers) {
-      const size_t half = static_cast<size_t>(block_size) * l.n_kv_heads * l.head_dim;
       Layer L;
-      L.page_elems = 2 * half;
-      L.v_offset = half;
-      check(n_pages == 0 || L.page_elems <= (size_t{1} << 40) / static_cast<size_t>(n_pages),
-            "KV cache of ", n_pages, " pages x ", L.page_elems, " values is too large");
-      L.data = LazyHugeBuffer(L.page_elems * n_pages * elem_bytes_);
+      L.n_heads = l.n_kv_heads;
+      L.head_page = static_cast<size_t>(block_size) * l.head_dim;
+      check(n_pages == 0 || 2 * L.head_page * l.n_kv_heads <= (size_t{1} << 40) / static_cast<size_t>(n_pages),
+            "KV cache of ", n_pages, " pages x ", 2 * L.head_page * l.n_kv_heads, " values is too large");
+      L.region = L.head_page * n_pages;
+      L.v_offset = L.region * l.n_kv_heads;
+      L.data = LazyHugeBuffer(2 * L.v_offset * elem_bytes_);
       check(L.data.data() != nullptr, "cannot allocate the KV cache (", n_pages, " pages)");
       layers_.push_back(std::move(L));
     }
@@ -59,23 +61,27 @@ class KvPagePool {
   int total() const { return static_cast<int>(refs_.size()); }
   void copy(int src, int dst) {
     for (Layer& L : layers_) {
-      const size_t page_bytes = L.page_elems * elem_bytes_;
-      std::memcpy(L.data.data() + static_cast<size_t>(dst) * page_bytes,
-                  L.data.data() + static_cast<size_t>(src) * page_bytes, page_bytes);
+      const size_t bytes = L.head_page * elem_bytes_;
+      for (int h = 0; h < 2 * L.n_heads; ++h) {  // K's heads, then V's
+        uint8_t* region = L.data.data() + static_cast<size_t>(h) * L.region * elem_bytes_;
+        std::memcpy(region + static_cast<size_t>(dst) * bytes, region + static_cast<size_t>(src) * bytes, bytes);
+      }
     }
   }
   PagedKv view(int layer, int block_size, const KvLayerSpec& spec, const int32_t* pages) {
     Layer& L = layers_[layer];
     PagedKv kv{L.data.data(), L.data.data() + L.v_offset * elem_bytes_, pages, block_size, spec.n_kv_heads,
-               spec.head_dim, L.page_elems, dtype_};
-    kv.head_major = true;
+               spec.head_dim, L.head_page, dtype_};
+    kv.token_stride = static_cast<size_t>(spec.head_dim);
+    kv.head_stride = L.region;
     return kv;
   }
 
  private:
   struct Layer {
     LazyHugeBuffer data;
-    size_t page_elems = 0, v_offset = 0;  // in elements
+    int n_heads = 0;
+    size_t head_page = 0, region = 0, v_offset = 0;  // in elements: a head's page, a head's region, K
   };
   DType dtype_;
   size_t elem_bytes_;

@@ -146,12 +146,13 @@ struct GdnDims {
 };
 
 // One attention layer's view of one sequence's paged KV cache. Token j of the sequence lives in
-// page pages[j / block_size] at row j % block_size; a page holds K and V, block_size x
-// n_kv_heads x head_dim elements each, `page_stride` elements apart from the next page. Inside a
-// page the elements lie token-major, each token's n_kv_heads x head_dim row together (training's
-// one-page views), or head-major, each KV head's block_size rows of head_dim together (the
-// cache's pages: a head's keys are then one run of memory per page, which decode at depth reads
-// faster than a head's piece of every token's row). The elements are `dtype`: F32 (float), or
+// page pages[j / block_size] at row j % block_size; the head_dim elements of its KV head h start
+// at element pages[j / block_size] * page_stride + (j % block_size) * token_stride + h *
+// head_stride of K (and of V). Training's one-page views are token-major (set_token_major: each
+// token's n_kv_heads x head_dim row together); the cache gives each KV head its own region of the
+// pool (token_stride head_dim, head_stride a whole region), so a head's keys are one run of
+// memory per page, and one long run over pages taken in order, which decode at depth reads
+// faster than a head's piece of every token's row. The elements are `dtype`: F32 (float), or
 // BF16 / F16 (uint16_t bit patterns), rounded to nearest even when a row is stored and widened to
 // f32 by whatever reads them.
 struct PagedKv {
@@ -159,20 +160,18 @@ struct PagedKv {
   void* v = nullptr;  // V of page 0 of this layer
   const int32_t* pages = nullptr;
   int block_size = 0, n_kv_heads = 0, head_dim = 0;
-  size_t page_stride = 0;  // in elements
+  size_t page_stride = 0;  // in elements, as the two below
   DType dtype = DType::F32;
-  bool head_major = false;
+  size_t token_stride = 0, head_stride = 0;
   size_t row_elems() const { return static_cast<size_t>(n_kv_heads) * head_dim; }
-  // Elements from one token's row of a head to the next token's (same page), and from one head's
-  // row of a token to the next head's.
-  size_t token_stride() const { return head_major ? static_cast<size_t>(head_dim) : row_elems(); }
-  size_t head_stride() const {
-    return head_major ? static_cast<size_t>(block_size) * head_dim : static_cast<size_t>(head_dim);
+  void set_token_major() {
+    token_stride = row_elems();
+    head_stride = static_cast<size_t>(head_dim);
   }
   // Where the head_dim elements of KV head `head` of `token` start.
   size_t offset(int token, int head) const {
     return static_cast<size_t>(pages[token / block_size]) * page_stride +
-           static_cast<size_t>(token % block_size) * token_stride() + static_cast<size_t>(head) * head_stride();
+           static_cast<size_t>(token % block_size) * token_stride + static_cast<size_t>(head) * head_stride;
   }
   // Stores one token's K and V (row_elems() floats each, head after head), rounded to dtype; F32
   // copies them.

@@ -535,6 +535,7 @@ PagedKv contiguous_kv(const float* k, const float* v, int T, int n_kv, int hd, c
   kv.head_dim = hd;
   kv.page_stride = static_cast<size_t>(T) * n_kv * hd;
   kv.dtype = DType::F32;
+  kv.set_token_major();
   return kv;
 }
 

@@ -199,7 +199,8 @@ TEST_F(AttentionBackward, AttentionAgainstFiniteDifferencesAndRef) {
     // The training forward: `attention` over one page holding the whole contiguous K and V.
     auto forward = [&](const std::vector<float>& qv, std::vector<float> kv_k, std::vector<float> kv_v) {
       const int32_t pages[] = {0};
-      const PagedKv kv{kv_k.data(), kv_v.data(), pages, T, n_kv, hd, static_cast<size_t>(T) * kv_width, DType::F32};
+      PagedKv kv{kv_k.data(), kv_v.data(), pages, T, n_kv, hd, static_cast<size_t>(T) * kv_width, DType::F32};
+      kv.set_token_major();
       std::vector<float> out(static_cast<size_t>(T) * width);
       ref::attention(ref_ctx, qv.data(), ld_q, kv, 0, T, n_heads, scale, out.data());
       return out;

@@ -1209,22 +1209,33 @@ TEST_F(Kernels, RopeMatchesComplexRotation) {
 }
 
 // A paged KV cache with pages scattered in a pool, filled with random K and V for n tokens, stored
-// as `dtype`, token-major or head-major inside a page: k and v hold the f32 values (for bf16 / f16
-// already rounded to that dtype, so the f32 copies are the exact values the kernels read), k16 and
-// v16 their 16-bit patterns.
+// as `dtype`, token-major (training's views) or with each KV head in its own region of the pool
+// (the cache's layout; strides padded so none is a multiple of another): k and v hold the f32
+// values (for bf16 / f16 already rounded to that dtype, so the f32 copies are the exact values the
+// kernels read), k16 and v16 their 16-bit patterns.
 struct PagedFixture {
   PagedFixture(int n_tokens, int block, int kv_heads, int hd, uint64_t seed, DType dtype = DType::F32,
-               bool head_major = false) {
+               bool head_regions = false)
+      : regions(head_regions) {
     const int n_pages = (n_tokens + block - 1) / block;
     for (int p = 0; p < n_pages; ++p) table.push_back(2 * n_pages - 1 - 2 * p);  // reversed, with gaps
     kv.block_size = block;
     kv.n_kv_heads = kv_heads;
     kv.head_dim = hd;
-    kv.page_stride = static_cast<size_t>(block) * kv_heads * hd + 3;
     kv.dtype = dtype;
-    kv.head_major = head_major;
-    k = randn(kv.page_stride * 2 * n_pages, seed);
-    v = randn(kv.page_stride * 2 * n_pages, seed + 1);
+    size_t pool;
+    if (head_regions) {
+      kv.page_stride = static_cast<size_t>(block) * hd + 3;
+      kv.token_stride = static_cast<size_t>(hd);
+      kv.head_stride = kv.page_stride * 2 * n_pages + 5;
+      pool = kv.head_stride * kv_heads;
+    } else {
+      kv.page_stride = static_cast<size_t>(block) * kv_heads * hd + 3;
+      kv.set_token_major();
+      pool = kv.page_stride * 2 * n_pages;
+    }
+    k = randn(pool, seed);
+    v = randn(pool, seed + 1);
     if (dtype == DType::F32) {
       kv.k = k.data();
       kv.v = v.data();
@@ -1245,15 +1256,14 @@ struct PagedFixture {
   }
   // Where element i of KV head h of token j lies in k and v, written out for each layout.
   size_t at(int j, int h, int i) const {
-    const size_t page = static_cast<size_t>(table[j / kv.block_size]) * kv.page_stride;
-    const size_t row = static_cast<size_t>(j % kv.block_size);
-    if (kv.head_major) return page + (static_cast<size_t>(h) * kv.block_size + row) * kv.head_dim + i;
-    return page + (row * kv.n_kv_heads + h) * kv.head_dim + i;
+    const size_t page = static_cast<size_t>(table[j / kv.block_size]), row = static_cast<size_t>(j % kv.block_size);
+    if (regions) return h * kv.head_stride + page * kv.page_stride + row * kv.head_dim + i;
+    return page * kv.page_stride + (row * kv.n_kv_heads + h) * kv.head_dim + i;
   }
   // The other layout holding the same values for every (token, head): the pool's other positions
   // keep the fixture's random fill.
   PagedFixture relaid(int n_tokens, uint64_t seed) const {
-    PagedFixture o(n_tokens, kv.block_size, kv.n_kv_heads, kv.head_dim, seed, kv.dtype, !kv.head_major);
+    PagedFixture o(n_tokens, kv.block_size, kv.n_kv_heads, kv.head_dim, seed, kv.dtype, !regions);
     for (int j = 0; j < n_tokens; ++j)
       for (int h = 0; h < kv.n_kv_heads; ++h)
         for (int i = 0; i < kv.head_dim; ++i) {
@@ -1274,6 +1284,7 @@ struct PagedFixture {
     f.v = v.data();
     return f;
   }
+  bool regions;
   std::vector<int32_t> table;
   std::vector<float> k, v;
   std::vector<uint16_t> k16, v16;
@@ -1317,9 +1328,9 @@ TEST_F(Kernels, AttentionMatchesRefAndDenseSoftmax) {
                         {"decode over 1000 keys, 12 query heads on one KV head (two items)", 999, 1, 12, 1, 64, 16},
                         {"head_dim 256, GQA 16:2, queries across a tile boundary", 60, 8, 16, 2, 256, 32}};
   for (const Case& c : cases)
-    for (bool head_major : {false, true}) {
-      SCOPED_TRACE(std::string(c.label) + (head_major ? ", head-major" : ", token-major"));
-      PagedFixture f(c.pos0 + c.T, c.block, c.kv_heads, c.hd, 50, DType::F32, head_major);
+    for (bool head_regions : {false, true}) {
+      SCOPED_TRACE(std::string(c.label) + (head_regions ? ", head regions" : ", token-major"));
+      PagedFixture f(c.pos0 + c.T, c.block, c.kv_heads, c.hd, 50, DType::F32, head_regions);
       const int ld = c.heads * c.hd + 7;
       auto q = randn(static_cast<size_t>(c.T) * ld, 52, 0.5f);
       const size_t n = static_cast<size_t>(c.T) * c.heads * c.hd;
@@ -1366,10 +1377,10 @@ TEST_F(Kernels, AttentionOverBf16AndF16KvPages) {
                         {"decode over 1000 keys, head_dim 64", 999, 1, 8, 2, 64, 16}};
   for (DType dt : {DType::BF16, DType::F16})
     for (const Case& c : cases)
-      for (bool head_major : {false, true}) {
-        SCOPED_TRACE(std::string(dtype_name(dt)) + ": " + c.label + (head_major ? ", head-major" : ", token-major"));
-        PagedFixture exact(c.pos0 + c.T, c.block, c.kv_heads, c.hd, 50, DType::F32, head_major);
-        PagedFixture f(c.pos0 + c.T, c.block, c.kv_heads, c.hd, 50, dt, head_major);
+      for (bool head_regions : {false, true}) {
+        SCOPED_TRACE(std::string(dtype_name(dt)) + ": " + c.label + (head_regions ? ", head regions" : ", token-major"));
+        PagedFixture exact(c.pos0 + c.T, c.block, c.kv_heads, c.hd, 50, DType::F32, head_regions);
+        PagedFixture f(c.pos0 + c.T, c.block, c.kv_heads, c.hd, 50, dt, head_regions);
         const int ld = c.heads * c.hd + 7;
         auto q = randn(static_cast<size_t>(c.T) * ld, 52, 0.5f);
         const size_t n = static_cast<size_t>(c.T) * c.heads * c.hd;
@@ -1384,7 +1395,7 @@ TEST_F(Kernels, AttentionOverBf16AndF16KvPages) {
         EXPECT_EQ(std::memcmp(got.data(), widened.data(), n * sizeof(float)), 0)
             << "16-bit pages must give the f32 kernel's result on the widened values";
         const double err = rel_err(want.data(), full.data(), n);
-        std::printf("%s %s%s: vs f32 KV %.2e\n", dtype_name(dt).data(), c.label, head_major ? " (head-major)" : "",
+        std::printf("%s %s%s: vs f32 KV %.2e\n", dtype_name(dt).data(), c.label, head_regions ? " (head regions)" : "",
                     err);
         EXPECT_LT(err, dt == DType::BF16 ? tol::kAttentionKvBf16 : tol::kAttentionKvF16);
       }
@@ -1407,11 +1418,11 @@ TEST_F(Kernels, AttentionOneCallEqualsOneQueryAtATime) {
     for (int hd : {32, 64, 96, 128, 160, 256})
       for (int pos0 : {62, 70})
         for (DType dt : {DType::F32, DType::BF16, DType::F16}) {
-          const bool head_major = (hd / 32 + pos0) % 2 == 0;  // each layout at every head split and dtype
+          const bool head_regions = (hd / 32 + pos0) % 2 == 0;  // each layout at every head split and dtype
           SCOPED_TRACE(std::string(dtype_name(dt)) + " head_dim " + std::to_string(hd) + " from " +
                        std::to_string(pos0) + ", " + std::to_string(heads) + " heads on " + std::to_string(kv_heads) +
-                       (head_major ? ", head-major" : ", token-major"));
-          PagedFixture f(pos0 + T, block, kv_heads, hd, 53, dt, head_major);
+                       (head_regions ? ", head regions" : ", token-major"));
+          PagedFixture f(pos0 + T, block, kv_heads, hd, 53, dt, head_regions);
           const int ld = heads * hd;
           auto q = randn(static_cast<size_t>(T) * ld, 54, 0.5f);
           const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
@@ -1432,9 +1443,9 @@ TEST(PagedKvRows, StoreRoundsToNearestEvenAndLoadWidens) {
   // 1 + 2^-11 is halfway between f16 1 and 1 + 2^-10: even is 1.
   const float k_in[4] = {1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f, 1.0f + 0x1p-11f, -3.0e-7f};
   const float v_in[4] = {65504.0f, 1.0e-8f, 0.1f, -2.5f};
-  for (bool head_major : {false, true})
+  for (bool head_regions : {false, true})
     for (DType dt : {DType::F32, DType::BF16, DType::F16}) {
-      SCOPED_TRACE(std::string(dtype_name(dt)) + (head_major ? ", head-major" : ", token-major"));
+      SCOPED_TRACE(std::string(dtype_name(dt)) + (head_regions ? ", head regions" : ", token-major"));
       std::vector<uint8_t> k(2 * 2 * 4 * dtype_size(dt), 0xee), v(k.size(), 0xee);
       PagedKv kv;
       kv.k = k.data();
@@ -1443,9 +1454,15 @@ TEST(PagedKvRows, StoreRoundsToNearestEvenAndLoadWidens) {
       kv.block_size = 2;
       kv.n_kv_heads = 2;
       kv.head_dim = 2;
-      kv.page_stride = 8;  // a page: 2 rows of 2 heads x 2
       kv.dtype = dt;
-      kv.head_major = head_major;
+      if (head_regions) {  // each head a region of 2 pages of 2 rows x 2
+        kv.page_stride = 4;
+        kv.token_stride = 2;
+        kv.head_stride = 8;
+      } else {
+        kv.page_stride = 8;  // a page: 2 rows of 2 heads x 2
+        kv.set_token_major();
+      }
       kv.store(3, k_in, v_in);  // page 0 (table[1]), row 1
       float k_out[4], v_out[4];
       kv.load_k(3, k_out);
@@ -1466,9 +1483,9 @@ TEST(PagedKvRows, StoreRoundsToNearestEvenAndLoadWidens) {
       if (dt == DType::F16) {
         EXPECT_EQ(k_out[2], 1.0f);
       }
-      // Where token 3's elements went, page 0: token-major, row 1 (elements 4-7); head-major, row 1
-      // of head 0 (elements 2, 3) and of head 1 (6, 7). Nothing else was written.
-      const int where[4] = {head_major ? 2 : 4, head_major ? 3 : 5, 6, 7};
+      // Where token 3's elements went, page 0: token-major, row 1 (elements 4-7); head regions,
+      // row 1 of page 0 of head 0 (elements 2, 3) and of head 1 (10, 11). Nothing else was written.
+      const int where[4] = {head_regions ? 2 : 4, head_regions ? 3 : 5, head_regions ? 10 : 6, head_regions ? 11 : 7};
       if (dt == DType::F32)
         for (int i = 0; i < 4; ++i) {
           float x;

@@ -82,7 +82,7 @@ alignas(64) constexpr float kZeroRow[kMaxHd] = {};
 // division per key.
 struct RowWalk {
   RowWalk(const PagedKv& kv, int g)
-      : kv(kv), head_off(static_cast<size_t>(g) * kv.head_stride()), token_stride(kv.token_stride()) {}
+      : kv(kv), head_off(static_cast<size_t>(g) * kv.head_stride), token_stride(kv.token_stride) {}
   size_t next() {
     const size_t off =
         static_cast<size_t>(kv.pages[page]) * kv.page_stride + static_cast<size_t>(in_page) * token_stride + head_off;

@@ -56,7 +56,7 @@ HYBRIDLM_INLINE void attention_items(Kv, const float* q, int ld_q, const PagedKv
                                      float scale, float* out, size_t ib, size_t ie) {
   using Elem = typename Kv::Elem;
   const int hd = kv.head_dim, rep = n_heads / kv.n_kv_heads, subs = (rep + kRepMax - 1) / kRepMax;
-  const size_t per_query = static_cast<size_t>(kv.n_kv_heads) * subs, row = kv.token_stride();
+  const size_t per_query = static_cast<size_t>(kv.n_kv_heads) * subs, row = kv.token_stride;
   const int tile = std::min(kKeyTile, kWideFloats / hd);
   const Elem* k_base = static_cast<const Elem*>(kv.k);
   const Elem* v_base = static_cast<const Elem*>(kv.v);
@@ -78,7 +78,7 @@ HYBRIDLM_INLINE void attention_items(Kv, const float* q, int ld_q, const PagedKv
       const int nb = std::min(tile, n_keys - j0);
       for (int j = 0; j < nb; ++j) {
         const size_t off = static_cast<size_t>(kv.pages[page]) * kv.page_stride + static_cast<size_t>(in_page) * row +
-                           static_cast<size_t>(g) * kv.head_stride();
+                           static_cast<size_t>(g) * kv.head_stride;
         if (++in_page == kv.block_size) {
           in_page = 0;
           ++page;
@@ -190,6 +190,8 @@ void attention(const KernelContext& ctx, const float* q, int ld_q, const PagedKv
         " KV heads");
   check(kv.dtype == DType::F32 || kv.dtype == DType::BF16 || kv.dtype == DType::F16,
         "attention: KV cache of dtype ", dtype_name(kv.dtype), " (F32, BF16 or F16 expected)");
+  check(kv.token_stride > 0 && kv.head_stride > 0, "attention: KV layout unset (token stride ", kv.token_stride,
+        ", head stride ", kv.head_stride, ")");
   if (simd_path() == SimdPath::Avx512 && attention_avx512(ctx, q, ld_q, kv, pos0, T, n_heads, scale, out)) return;
   const int rep = n_heads / kv.n_kv_heads;
   const size_t items = static_cast<size_t>(T) * kv.n_kv_heads * ((rep + kRepMax - 1) / kRepMax);

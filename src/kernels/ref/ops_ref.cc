@@ -426,6 +426,7 @@ void rope(const KernelContext&, float* x, int ld_x, int T, int pos0, int n_heads
 
 void attention(const KernelContext&, const float* q, int ld_q, const PagedKv& kv, int pos0, int T, int n_heads,
                float scale, float* out) {
+  check(kv.token_stride > 0 && kv.head_stride > 0, "attention: KV layout unset");
   const int hd = kv.head_dim, rep = n_heads / kv.n_kv_heads;
   std::vector<double> score, acc(static_cast<size_t>(hd));
   std::vector<float> row(kv.row_elems());  // one token's K or V widened to f32 (exact)
