@@ -1,19 +1,22 @@
 // Decode attention at depth: one query per call over D cached keys (bf16 pages of 16 tokens, each
-// KV head in its own region of the pool, as the cache stores them by default), cpu::attention against a plain read of the same K
-// and V bytes measured in the same run (a 4-accumulator AVX-512 sum over the rows, the memory-speed
-// floor of the step; the cache is far larger than L2 from D = 4K on these shapes). Shapes: the
-// attention layers of the granite-4.0-h-350m preset (12 query heads on 4 KV heads of 64), of a
-// Llama-3-8B-like layer (32 on 8 of 128) and of qwen3-next (16 on 2 of 256).
+// KV head in its own region of the pool, as the cache stores them by default), cpu::attention
+// against a plain read of the same K and V bytes measured in the same run (a 4-accumulator
+// AVX-512 sum over the rows, the memory-speed floor of the step; the cache is far larger than L2
+// from D = 4K on these shapes). Shapes: the attention layers of the granite-4.0-h-350m preset (12
+// query heads on 4 KV heads of 64), of a Llama-3-8B-like layer (32 on 8 of 128) and of qwen3-next
+// (16 on 2 of 256).
 //
-//   build/bench_attention [-t 2] [-r 20] [-d 1024,16384,65536] [-p 2048] [-s 12:4x64,...] [-b 16] [-T] [-c]
+//   build/bench_attention [-t 2] [-r 20] [-d 1024,16384,65536] [-p 2048] [-s 12:4x64,...] [-b 16]
+//                         [-T] [-o] [-c]
 //
 // -s replaces the shapes (query heads:KV heads x head_dim), -b sets the tokens per page, -T lays
 // pages out token-major (each token's row of all KV heads together, as training's views), -o
-// keeps the pages in order in the pool (a fresh cache's one sequence; by default shuffled), and -c
-// (hot) points every page of the table at one of 4 pages, which stay in L2: the same arithmetic
-// over the same number of keys without the memory traffic, so a cold run against a hot one
-// separates the kernel's arithmetic from its waiting on memory (the read floor stays the cold
-// read of the whole buffer; at larger -b the 4 pages may outgrow L2). -p 0 skips the prefill table.
+// keeps the pages in order in the pool (consecutive, as one sequence allocating alone gets them;
+// by default shuffled, as after many sequences came and went), and -c (hot) points every page of
+// the table at one of 4 pages, which stay in L2: the same arithmetic over the same number of keys
+// without the memory traffic, so a cold run against a hot one separates the kernel's arithmetic
+// from its waiting on memory (the read floor stays the cold read of the whole buffer; at larger
+// -b the 4 pages may outgrow L2). -p 0 skips the prefill table.
 //
 // Prints microseconds per call (the best of -r after a warm-up), the GB/s of K and V read, the
 // ratio to the read floor, and the nanoseconds per key and query head on each thread. Speed only:
@@ -138,10 +141,10 @@ int main(int argc, char** argv) {
     else if (c == 's') shape_list = optarg;
     else if (c == 'b') block = std::max(1, std::atoi(optarg));
     else {
-      std::fprintf(
-          stderr,
-          "usage: %s [-t threads] [-r reps] [-d depth,...] [-p prompt,...] [-s H:KVxHD,...] [-b block] [-T] [-o] [-c]\n",
-          argv[0]);
+      std::fprintf(stderr,
+                   "usage: %s [-t threads] [-r reps] [-d depth,...] [-p prompt,...] [-s H:KVxHD,...] [-b block] "
+                   "[-T] [-o] [-c]\n",
+                   argv[0]);
       return 2;
     }
   }

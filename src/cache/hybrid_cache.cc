@@ -22,11 +22,13 @@ const char* layer_cache_kind_name(LayerCacheKind k) {
 
 // The KV pages of every attention layer. Layer l's storage is K then V, each n_kv_heads regions
 // of n_pages pages of (block_size, head_dim): each KV head has its own region, so a head's keys
-// are one run of memory per page, and one long run over pages taken in order (see PagedKv). The
+// are one run of memory per page, and one long run over consecutive pages (see PagedKv). The
 // elements are `dtype` (F32, BF16 or F16). One page id names the same token range in every layer,
 // so a sequence needs one block table for all layers. Storage is a LazyHugeBuffer: pages are
 // zero, the OS backs them with memory only when first written, and in 2 MiB pages where it can
-// (attention at long context reads rows from pages all over the pool).
+// (attention at long context reads rows from pages all over the pool). Writing a page touches
+// 2 x n_kv_heads places per layer, so a pool of regions over 2 MiB holds up to that many 2 MiB
+// pages per layer from its first token on (never more than the pool).
 class KvPagePool {
  public:
   KvPagePool(const std::vector<KvLayerSpec>& layers, int block_size, int n_pages, DType dtype)
@@ -81,7 +83,7 @@ class KvPagePool {
   struct Layer {
     LazyHugeBuffer data;
     int n_heads = 0;
-    size_t head_page = 0, region = 0, v_offset = 0;  // in elements: a head's page, a head's region, K
+    size_t head_page = 0, region = 0, v_offset = 0;  // in elements: a head's page, a head's region, V's start
   };
   DType dtype_;
   size_t elem_bytes_;

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <string>
 
+#include "base/error.h"
 #include "tensor/dtype.h"
 #include "tensor/quant.h"
 
@@ -151,13 +152,13 @@ struct GdnDims {
 // head_stride of K (and of V). Training's one-page views are token-major (set_token_major: each
 // token's n_kv_heads x head_dim row together); the cache gives each KV head its own region of the
 // pool (token_stride head_dim, head_stride a whole region), so a head's keys are one run of
-// memory per page, and one long run over pages taken in order, which decode at depth reads
-// faster than a head's piece of every token's row. The elements are `dtype`: F32 (float), or
+// memory per page, and one long run over consecutive pages, which decode at depth reads faster
+// than a head's piece of every token's row. The elements are `dtype`: F32 (float), or
 // BF16 / F16 (uint16_t bit patterns), rounded to nearest even when a row is stored and widened to
 // f32 by whatever reads them.
 struct PagedKv {
-  void* k = nullptr;  // K of page 0 of this layer
-  void* v = nullptr;  // V of page 0 of this layer
+  void* k = nullptr;  // element 0 of K (page 0, head 0) of this layer
+  void* v = nullptr;  // element 0 of V
   const int32_t* pages = nullptr;
   int block_size = 0, n_kv_heads = 0, head_dim = 0;
   size_t page_stride = 0;  // in elements, as the two below
@@ -185,6 +186,7 @@ struct PagedKv {
 
  private:
   void store_row(void* base, int token, const float* src) const {
+    check(token_stride > 0 && head_stride > 0, "KV layout unset: PagedKv without token and head strides");
     const size_t n = static_cast<size_t>(head_dim);
     for (int h = 0; h < n_kv_heads; ++h, src += n) {
       const size_t off = offset(token, h);
@@ -200,6 +202,7 @@ struct PagedKv {
     }
   }
   void load_row(const void* base, int token, float* out) const {
+    check(token_stride > 0 && head_stride > 0, "KV layout unset: PagedKv without token and head strides");
     const size_t n = static_cast<size_t>(head_dim);
     for (int h = 0; h < n_kv_heads; ++h, out += n) {
       const size_t off = offset(token, h);

@@ -1316,6 +1316,26 @@ TEST_F(Kernels, AttentionRefusesImpossibleHeadSplits) {
     }
     for (float x : out) ASSERT_EQ(x, 7.0f) << "output written before the refusal";
   }
+  // A view whose layout was never set (no token or head stride) is refused, by the kernels and by
+  // store / load, rather than read or written at one spot.
+  PagedKv unset = f.kv;
+  unset.token_stride = 0;
+  unset.head_stride = 0;
+  std::vector<float> out(static_cast<size_t>(4) * 2 * 32, 7.0f), row(2 * 32);
+  for (bool use_ref : {false, true}) {
+    try {
+      if (use_ref)
+        ref::attention(ref_ctx, q.data(), 3 * 32, unset, 0, 4, 2, 0.1f, out.data());
+      else
+        cpu::attention(ctx, q.data(), 3 * 32, unset, 0, 4, 2, 0.1f, out.data());
+      ADD_FAILURE() << "accepted an unset layout";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("KV layout unset"), std::string::npos) << e.what();
+    }
+  }
+  for (float x : out) ASSERT_EQ(x, 7.0f) << "output written before the refusal";
+  EXPECT_THROW(unset.store(0, row.data(), row.data()), Error);
+  EXPECT_THROW(unset.load_k(0, row.data()), Error);
 }
 
 TEST_F(Kernels, AttentionMatchesRefAndDenseSoftmax) {
@@ -1370,7 +1390,10 @@ TEST_F(Kernels, AttentionMatchesRefAndDenseSoftmax) {
 // arithmetic on the same numbers, so bitwise). Against attention over the unrounded f32 K and V:
 // tol::kAttentionKvBf16 / kAttentionKvF16, the rounding of the stored values themselves.
 TEST_F(Kernels, AttentionOverBf16AndF16KvPages) {
-  struct Case { const char* label; int pos0, T, heads, kv_heads, hd, block; };
+  struct Case {
+    const char* label;
+    int pos0, T, heads, kv_heads, hd, block;
+  };
   const Case cases[] = {{"prefill from empty, GQA 4:2, pages of 16", 0, 37, 4, 2, 16, 16},
                         {"decode at a page boundary, head_dim 128", 32, 1, 4, 2, 128, 16},
                         {"continuation chunk over 300 keys, MQA, head_dim 24, pages of 5", 270, 40, 3, 1, 24, 5},
@@ -1378,7 +1401,8 @@ TEST_F(Kernels, AttentionOverBf16AndF16KvPages) {
   for (DType dt : {DType::BF16, DType::F16})
     for (const Case& c : cases)
       for (bool head_regions : {false, true}) {
-        SCOPED_TRACE(std::string(dtype_name(dt)) + ": " + c.label + (head_regions ? ", head regions" : ", token-major"));
+        SCOPED_TRACE(std::string(dtype_name(dt)) + ": " + c.label +
+                     (head_regions ? ", head regions" : ", token-major"));
         PagedFixture exact(c.pos0 + c.T, c.block, c.kv_heads, c.hd, 50, DType::F32, head_regions);
         PagedFixture f(c.pos0 + c.T, c.block, c.kv_heads, c.hd, 50, dt, head_regions);
         const int ld = c.heads * c.hd + 7;
@@ -1418,7 +1442,7 @@ TEST_F(Kernels, AttentionOneCallEqualsOneQueryAtATime) {
     for (int hd : {32, 64, 96, 128, 160, 256})
       for (int pos0 : {62, 70})
         for (DType dt : {DType::F32, DType::BF16, DType::F16}) {
-          const bool head_regions = (hd / 32 + pos0) % 2 == 0;  // each layout at every head split and dtype
+          const bool head_regions = (hd / 32 + pos0 / 8) % 2 == 0;  // each layout at every head_dim and split
           SCOPED_TRACE(std::string(dtype_name(dt)) + " head_dim " + std::to_string(hd) + " from " +
                        std::to_string(pos0) + ", " + std::to_string(heads) + " heads on " + std::to_string(kv_heads) +
                        (head_regions ? ", head regions" : ", token-major"));

@@ -247,8 +247,9 @@ HYBRIDLM_AVX512 void attend(const float* q, int ld_q, const PagedKv& kv, int pos
         std::memset(accp(u, r), 0, sizeof(float) * hd);
       }
     // `walk` gives the rows of the tile at hand, `ahead` those of the next one, which are
-    // prefetched while this one is computed: pages lie anywhere in the pool, and the hardware
-    // prefetcher loses the stream at each page (decode at 64K: 1.4x faster with it).
+    // prefetched while this one is computed: pages can lie anywhere in the pool, and the
+    // hardware prefetcher loses the stream at each jump (decode at 64K over shuffled pages:
+    // 1.4x faster with it).
     RowWalk walk(kv, g), ahead(kv, g);
     for (int j0 = 0; j0 < n_last; j0 += kTile) {
       const int nb_last = std::min(kTile, n_last - j0), nb16_last = (nb_last + 15) & ~15;
