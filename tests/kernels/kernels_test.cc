@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "base/thread_pool.h"
+#include "kernels/cpu/attention_avx512.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/ssm_step_avx512.h"
 #include "kernels/cpu/vec_math.h"
@@ -1384,11 +1385,14 @@ TEST_F(Kernels, AttentionMatchesRefAndDenseSoftmax) {
     }
 }
 
-// bf16 / f16 KV pages: the cpu kernel widens each stored element in registers (no copy of the
-// cache). Against ref reading the same pages: the f32 tolerance (both see the same values, only the
-// arithmetic differs); and exactly the f32 kernel's result on the widened values (the same
-// arithmetic on the same numbers, so bitwise). Against attention over the unrounded f32 K and V:
-// tol::kAttentionKvBf16 / kAttentionKvF16, the rounding of the stored values themselves.
+// bf16 / f16 KV pages: the cpu kernel reads each stored element in place (no copy of the cache).
+// Over bf16 keys the query is rounded to bf16 first (kernels.h). Against ref reading the same
+// pages: the f32 tolerance. Against the same kernel over f32 pages holding the widened values, with
+// the query rounded beforehand for bf16: bitwise where the arithmetic is f32 multiply-adds (f16;
+// bf16 on the portable path, or with the bf16 dot products turned off), within the f32 tolerance
+// with them (vdpbf16ps rounds its sums its own way); and ref does exactly that f32 math on the
+// rounded query (bitwise). Against attention over the unrounded f32 K and V and query:
+// tol::kAttentionKvBf16 / kAttentionKvF16, the rounding of the stored values (and of the query).
 TEST_F(Kernels, AttentionOverBf16AndF16KvPages) {
   struct Case {
     const char* label;
@@ -1397,32 +1401,48 @@ TEST_F(Kernels, AttentionOverBf16AndF16KvPages) {
   const Case cases[] = {{"prefill from empty, GQA 4:2, pages of 16", 0, 37, 4, 2, 16, 16},
                         {"decode at a page boundary, head_dim 128", 32, 1, 4, 2, 128, 16},
                         {"continuation chunk over 300 keys, MQA, head_dim 24, pages of 5", 270, 40, 3, 1, 24, 5},
-                        {"decode over 1000 keys, head_dim 64", 999, 1, 8, 2, 64, 16}};
+                        {"decode over 1000 keys, head_dim 64", 999, 1, 8, 2, 64, 16},
+                        {"prefill over 130 keys, head_dim 256, 5 heads on 1", 60, 70, 5, 1, 256, 16}};
   for (DType dt : {DType::BF16, DType::F16})
     for (const Case& c : cases)
-      for (bool head_regions : {false, true}) {
-        SCOPED_TRACE(std::string(dtype_name(dt)) + ": " + c.label +
-                     (head_regions ? ", head regions" : ", token-major"));
-        PagedFixture exact(c.pos0 + c.T, c.block, c.kv_heads, c.hd, 50, DType::F32, head_regions);
-        PagedFixture f(c.pos0 + c.T, c.block, c.kv_heads, c.hd, 50, dt, head_regions);
-        const int ld = c.heads * c.hd + 7;
-        auto q = randn(static_cast<size_t>(c.T) * ld, 52, 0.5f);
-        const size_t n = static_cast<size_t>(c.T) * c.heads * c.hd;
-        const float scale = 1.0f / std::sqrt(static_cast<float>(c.hd));
-        Out got(n), want(n), widened(n), full(n);
-        cpu::attention(ctx, q.data(), ld, f.kv, c.pos0, c.T, c.heads, scale, got.data());
-        ref::attention(ref_ctx, q.data(), ld, f.kv, c.pos0, c.T, c.heads, scale, want.data());
-        cpu::attention(ctx, q.data(), ld, f.as_f32(), c.pos0, c.T, c.heads, scale, widened.data());
-        ref::attention(ref_ctx, q.data(), ld, exact.kv, c.pos0, c.T, c.heads, scale, full.data());
-        got.expect_guard();
-        EXPECT_LT(rel_err(got.data(), want.data(), n), tol::kAttention);
-        EXPECT_EQ(std::memcmp(got.data(), widened.data(), n * sizeof(float)), 0)
-            << "16-bit pages must give the f32 kernel's result on the widened values";
-        const double err = rel_err(want.data(), full.data(), n);
-        std::printf("%s %s%s: vs f32 KV %.2e\n", dtype_name(dt).data(), c.label, head_regions ? " (head regions)" : "",
-                    err);
-        EXPECT_LT(err, dt == DType::BF16 ? tol::kAttentionKvBf16 : tol::kAttentionKvF16);
-      }
+      for (bool head_regions : {false, true})
+        for (bool dot : {true, false}) {
+          if (dt == DType::F16 && !dot) continue;
+          SCOPED_TRACE(std::string(dtype_name(dt)) + ": " + c.label +
+                       (head_regions ? ", head regions" : ", token-major") + (dot ? "" : ", bf16 dot products off"));
+          cpu::attention_avx512_bf16_dot(dot);
+          PagedFixture exact(c.pos0 + c.T, c.block, c.kv_heads, c.hd, 50, DType::F32, head_regions);
+          PagedFixture f(c.pos0 + c.T, c.block, c.kv_heads, c.hd, 50, dt, head_regions);
+          const int ld = c.heads * c.hd + 7;
+          auto q = randn(static_cast<size_t>(c.T) * ld, 52, 0.5f);
+          auto qr = q;  // the query the kernels use over these pages
+          if (dt == DType::BF16)
+            for (float& x : qr) x = bf16_to_f32(f32_to_bf16(x));
+          const size_t n = static_cast<size_t>(c.T) * c.heads * c.hd;
+          const float scale = 1.0f / std::sqrt(static_cast<float>(c.hd));
+          Out got(n), want(n), widened(n), want_widened(n), full(n);
+          cpu::attention(ctx, q.data(), ld, f.kv, c.pos0, c.T, c.heads, scale, got.data());
+          ref::attention(ref_ctx, q.data(), ld, f.kv, c.pos0, c.T, c.heads, scale, want.data());
+          cpu::attention(ctx, qr.data(), ld, f.as_f32(), c.pos0, c.T, c.heads, scale, widened.data());
+          ref::attention(ref_ctx, qr.data(), ld, f.as_f32(), c.pos0, c.T, c.heads, scale, want_widened.data());
+          ref::attention(ref_ctx, q.data(), ld, exact.kv, c.pos0, c.T, c.heads, scale, full.data());
+          cpu::attention_avx512_bf16_dot(true);
+          got.expect_guard();
+          EXPECT_LT(rel_err(got.data(), want.data(), n), tol::kAttention);
+          EXPECT_EQ(std::memcmp(want.data(), want_widened.data(), n * sizeof(float)), 0)
+              << "ref over 16-bit pages must be ref over f32 pages of the widened values (and rounded query)";
+          const bool dot_products = dt == DType::BF16 && dot && cpu::has_avx512_bf16() && c.hd % 32 == 0;
+          if (dot_products)
+            EXPECT_LT(rel_err(got.data(), widened.data(), n), tol::kAttention);
+          else
+            EXPECT_EQ(std::memcmp(got.data(), widened.data(), n * sizeof(float)), 0)
+                << "16-bit pages must give the f32 kernel's result on the widened values (and rounded query)";
+          const double err = rel_err(want.data(), full.data(), n);
+          if (dot)
+            std::printf("%s %s%s: vs f32 KV %.2e\n", dtype_name(dt).data(), c.label,
+                        head_regions ? " (head regions)" : "", err);
+          EXPECT_LT(err, dt == DType::BF16 ? tol::kAttentionKvBf16 : tol::kAttentionKvF16);
+        }
 }
 
 // Decode == prefill inside the kernel, at every KV dtype: T queries in one call give bitwise what T
@@ -1443,6 +1463,8 @@ TEST_F(Kernels, AttentionOneCallEqualsOneQueryAtATime) {
       for (int pos0 : {62, 70})
         for (DType dt : {DType::F32, DType::BF16, DType::F16}) {
           const bool head_regions = (hd / 32 + pos0 / 8) % 2 == 0;  // each layout at every head_dim and split
+          // bf16: the dot products (AVX512-BF16) at one start, multiply-adds of the rounded query at the other.
+          cpu::attention_avx512_bf16_dot(pos0 == 62);
           SCOPED_TRACE(std::string(dtype_name(dt)) + " head_dim " + std::to_string(hd) + " from " +
                        std::to_string(pos0) + ", " + std::to_string(heads) + " heads on " + std::to_string(kv_heads) +
                        (head_regions ? ", head regions" : ", token-major"));
@@ -1455,6 +1477,7 @@ TEST_F(Kernels, AttentionOneCallEqualsOneQueryAtATime) {
           for (int t = 0; t < T; ++t)
             cpu::attention(ctx, q.data() + static_cast<size_t>(t) * ld, ld, f.kv, pos0 + t, 1, heads, scale,
                            one.data() + static_cast<size_t>(t) * ld);
+          cpu::attention_avx512_bf16_dot(true);
           EXPECT_EQ(all, one);
         }
 }

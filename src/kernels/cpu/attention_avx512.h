@@ -11,6 +11,11 @@ namespace hybridlm::cpu {
 bool attention_avx512(const KernelContext& ctx, const float* q, int ld_q, const PagedKv& kv, int pos0, int T,
                       int n_heads, float scale, float* out);
 
+// Over bf16 pages the scores are bf16 dot products of the rounded query (vdpbf16ps) where the CPU
+// has AVX512-BF16, else f32 multiply-adds of the same rounded query and keys. Tests turn the dot
+// products off (false) to check the other path on a CPU that has them; on by default.
+void attention_avx512_bf16_dot(bool on);
+
 // cpu::attention_backward's contract. Returns false, having done nothing, unless head_dim is a
 // multiple of 16 and at most 1024.
 bool attention_backward_avx512(const KernelContext& ctx, const float* q, int ld_q, const float* k, const float* v,

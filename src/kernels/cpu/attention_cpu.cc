@@ -28,14 +28,19 @@ constexpr int kKeyTile = 64;
 // f32 in registers as the row is read (no copy of the cache; the arithmetic is the f32 kernel's).
 struct KvF32 {
   using Elem = float;
+  static constexpr bool kRoundQ = false;
   static HYBRIDLM_INLINE float widen(float x) { return x; }
 };
 struct KvBf16 {
   using Elem = uint16_t;
+  // The query is rounded to bf16 before its dot products with bf16 keys (as the AVX-512 kernel's
+  // vdpbf16ps needs it; kernels.h).
+  static constexpr bool kRoundQ = true;
   static HYBRIDLM_INLINE float widen(uint16_t x) { return bf16_to_f32(x); }
 };
 struct KvF16 {
   using Elem = uint16_t;
+  static constexpr bool kRoundQ = false;
   static HYBRIDLM_INLINE float widen(uint16_t x) { return vf16_to_f32(x); }
 };
 
@@ -50,7 +55,8 @@ constexpr int kWideFloats = 16384;
 // where they lie); then per head the scores (vdot), one rescale, the exps (a loop the compiler
 // vectorises), and the value sum. Each (query, head) runs over the same tiles from key 0 whatever
 // else is in the call, so one call for T queries gives bitwise what T single-query calls give,
-// and 16-bit pages give bitwise the f32 result on the widened values.
+// and 16-bit pages give bitwise the f32 result on the widened values (bf16: and the query rounded
+// to bf16, ops.inc).
 template <class Kv>
 HYBRIDLM_INLINE void attention_items(Kv, const float* q, int ld_q, const PagedKv& kv, int pos0, int n_heads,
                                      float scale, float* out, size_t ib, size_t ie) {
@@ -61,6 +67,7 @@ HYBRIDLM_INLINE void attention_items(Kv, const float* q, int ld_q, const PagedKv
   const Elem* k_base = static_cast<const Elem*>(kv.k);
   const Elem* v_base = static_cast<const Elem*>(kv.v);
   float kw[kWideFloats], vw[kWideFloats], acc[kRepMax * kMaxHeadDim], sc[kKeyTile];
+  float qr[Kv::kRoundQ ? kRepMax * kMaxHeadDim : 1];
   const float* kr[kKeyTile];
   const float* vr[kKeyTile];
   for (size_t item = ib; item < ie; ++item) {
@@ -73,6 +80,11 @@ HYBRIDLM_INLINE void attention_items(Kv, const float* q, int ld_q, const PagedKv
       l[r] = 0.0f;
     }
     std::fill(acc, acc + static_cast<size_t>(nh) * hd, 0.0f);
+    if constexpr (Kv::kRoundQ)
+      for (int r = 0; r < nh; ++r) {
+        const float* qh = q + static_cast<size_t>(t) * ld_q + static_cast<size_t>(h0 + r) * hd;
+        for (int i = 0; i < hd; ++i) qr[static_cast<size_t>(r) * hd + i] = bf16_to_f32(f32_to_bf16(qh[i]));
+      }
     int page = 0, in_page = 0;
     for (int j0 = 0; j0 < n_keys; j0 += tile) {
       const int nb = std::min(tile, n_keys - j0);
@@ -96,7 +108,8 @@ HYBRIDLM_INLINE void attention_items(Kv, const float* q, int ld_q, const PagedKv
         }
       }
       for (int r = 0; r < nh; ++r) {
-        const float* qh = q + static_cast<size_t>(t) * ld_q + static_cast<size_t>(h0 + r) * hd;
+        const float* qh = Kv::kRoundQ ? qr + static_cast<size_t>(r) * hd
+                                      : q + static_cast<size_t>(t) * ld_q + static_cast<size_t>(h0 + r) * hd;
         float* a = acc + static_cast<size_t>(r) * hd;
         float tile_max = -INFINITY;
         for (int j = 0; j < nb; ++j) {

@@ -17,6 +17,8 @@
 
 #if defined(__x86_64__)
 #define HYBRIDLM_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,fma")))
+// The same with AVX512-BF16 (vdpbf16ps), for code run only where has_avx512_bf16().
+#define HYBRIDLM_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,fma,avx512bf16")))
 #define HYBRIDLM_AVX2 __attribute__((target("avx2,fma")))
 
 // Instantiates the always_inline `body` once per SIMD path (name_avx512, name_avx2,

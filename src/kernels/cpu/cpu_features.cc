@@ -22,11 +22,17 @@ static bool cpu_has_avx512_vnni() {
   __builtin_cpu_init();
   return __builtin_cpu_supports("avx512vnni");
 }
+
+static bool cpu_has_avx512_bf16() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512bf16");
+}
 #else
 // Other CPUs (aarch64): only the portable loops are compiled (cpu_common.h), and the AVX-512
 // kernel files are not (CMakeLists.txt; no_avx512.cc stands in for them).
 static SimdPath best_supported() { return SimdPath::Portable; }
 static bool cpu_has_avx512_vnni() { return false; }
+static bool cpu_has_avx512_bf16() { return false; }
 #endif
 
 static SimdPath detect() {
@@ -55,6 +61,11 @@ SimdPath best_simd_path() {
 bool has_avx512_vnni() {
   static const bool vnni = simd_path() == SimdPath::Avx512 && cpu_has_avx512_vnni();
   return vnni;
+}
+
+bool has_avx512_bf16() {
+  static const bool bf16 = simd_path() == SimdPath::Avx512 && cpu_has_avx512_bf16();
+  return bf16;
 }
 
 const char* active_path() {

@@ -12,5 +12,7 @@ SimdPath simd_path();
 SimdPath best_simd_path();
 // AVX512_VNNI (int8 dot products for q8_0 weights); only consulted on the AVX-512 path.
 bool has_avx512_vnni();
+// AVX512_BF16 (bf16 dot products: attention's scores over bf16 KV); only on the AVX-512 path.
+bool has_avx512_bf16();
 
 }  // namespace hybridlm::cpu

@@ -31,6 +31,8 @@ bool attention_avx512(const KernelContext&, const float*, int, const PagedKv&, i
   return false;
 }
 
+void attention_avx512_bf16_dot(bool) {}
+
 bool attention_backward_avx512(const KernelContext&, const float*, int, const float*, const float*, int, int, int, int,
                                float, const float*, float*, float*, float*) {
   return false;

@@ -428,7 +428,7 @@ void attention(const KernelContext&, const float* q, int ld_q, const PagedKv& kv
                float scale, float* out) {
   check(kv.token_stride > 0 && kv.head_stride > 0, "attention: KV layout unset");
   const int hd = kv.head_dim, rep = n_heads / kv.n_kv_heads;
-  std::vector<double> score, acc(static_cast<size_t>(hd));
+  std::vector<double> score, acc(static_cast<size_t>(hd)), qd(static_cast<size_t>(hd));
   std::vector<float> row(kv.row_elems());  // one token's K or V widened to f32 (exact)
   for (int t = 0; t < T; ++t) {
     const int n_keys = pos0 + t + 1;
@@ -436,11 +436,13 @@ void attention(const KernelContext&, const float* q, int ld_q, const PagedKv& kv
     for (int h = 0; h < n_heads; ++h) {
       const float* qh = q + static_cast<size_t>(t) * ld_q + static_cast<size_t>(h) * hd;
       const size_t kv_off = static_cast<size_t>(h / rep) * hd;
+      // Over bf16 keys the query is rounded to bf16 first (kernels.h).
+      for (int i = 0; i < hd; ++i) qd[i] = kv.dtype == DType::BF16 ? bf16_to_f32(f32_to_bf16(qh[i])) : qh[i];
       double mx = -INFINITY;
       for (int j = 0; j < n_keys; ++j) {
         kv.load_k(j, row.data());
         double d = 0;
-        for (int i = 0; i < hd; ++i) d += static_cast<double>(qh[i]) * row[kv_off + i];
+        for (int i = 0; i < hd; ++i) d += qd[i] * row[kv_off + i];
         score[j] = d * scale;
         mx = std::max(mx, score[j]);
       }
