@@ -1386,13 +1386,22 @@ TEST_F(Kernels, AttentionMatchesRefAndDenseSoftmax) {
 }
 
 // bf16 / f16 KV pages: the cpu kernel reads each stored element in place (no copy of the cache).
-// Over bf16 keys the query is rounded to bf16 first (kernels.h). Against ref reading the same
+// Over bf16 keys the query is rounded to bf16 first (ops.inc). Against ref reading the same
 // pages: the f32 tolerance. Against the same kernel over f32 pages holding the widened values, with
 // the query rounded beforehand for bf16: bitwise where the arithmetic is f32 multiply-adds (f16;
 // bf16 on the portable path, or with the bf16 dot products turned off), within the f32 tolerance
 // with them (vdpbf16ps rounds its sums its own way); and ref does exactly that f32 math on the
 // rounded query (bitwise). Against attention over the unrounded f32 K and V and query:
 // tol::kAttentionKvBf16 / kAttentionKvF16, the rounding of the stored values (and of the query).
+// Turns the AVX-512 kernel's bf16 dot products on or off for a scope; on again after it, however
+// the scope ends.
+struct Bf16DotScope {
+  explicit Bf16DotScope(bool on) { cpu::attention_avx512_bf16_dot(on); }
+  ~Bf16DotScope() { cpu::attention_avx512_bf16_dot(true); }
+  Bf16DotScope(const Bf16DotScope&) = delete;
+  Bf16DotScope& operator=(const Bf16DotScope&) = delete;
+};
+
 TEST_F(Kernels, AttentionOverBf16AndF16KvPages) {
   struct Case {
     const char* label;
@@ -1402,7 +1411,10 @@ TEST_F(Kernels, AttentionOverBf16AndF16KvPages) {
                         {"decode at a page boundary, head_dim 128", 32, 1, 4, 2, 128, 16},
                         {"continuation chunk over 300 keys, MQA, head_dim 24, pages of 5", 270, 40, 3, 1, 24, 5},
                         {"decode over 1000 keys, head_dim 64", 999, 1, 8, 2, 64, 16},
-                        {"prefill over 130 keys, head_dim 256, 5 heads on 1", 60, 70, 5, 1, 256, 16}};
+                        {"prefill over 130 keys, head_dim 256, 5 heads on 1", 60, 70, 5, 1, 256, 16},
+                        {"decode over 200 keys, head_dim 96, 5 heads on 1", 199, 1, 5, 1, 96, 16},
+                        {"decode over 77 keys, head_dim 128, 7 heads on 1", 76, 1, 7, 1, 128, 16}};
+  int dot_differs = 0;  // bf16 cases where the dot products gave other bits than the f32 path
   for (DType dt : {DType::BF16, DType::F16})
     for (const Case& c : cases)
       for (bool head_regions : {false, true})
@@ -1410,7 +1422,7 @@ TEST_F(Kernels, AttentionOverBf16AndF16KvPages) {
           if (dt == DType::F16 && !dot) continue;
           SCOPED_TRACE(std::string(dtype_name(dt)) + ": " + c.label +
                        (head_regions ? ", head regions" : ", token-major") + (dot ? "" : ", bf16 dot products off"));
-          cpu::attention_avx512_bf16_dot(dot);
+          Bf16DotScope scope(dot);
           PagedFixture exact(c.pos0 + c.T, c.block, c.kv_heads, c.hd, 50, DType::F32, head_regions);
           PagedFixture f(c.pos0 + c.T, c.block, c.kv_heads, c.hd, 50, dt, head_regions);
           const int ld = c.heads * c.hd + 7;
@@ -1426,23 +1438,29 @@ TEST_F(Kernels, AttentionOverBf16AndF16KvPages) {
           cpu::attention(ctx, qr.data(), ld, f.as_f32(), c.pos0, c.T, c.heads, scale, widened.data());
           ref::attention(ref_ctx, qr.data(), ld, f.as_f32(), c.pos0, c.T, c.heads, scale, want_widened.data());
           ref::attention(ref_ctx, q.data(), ld, exact.kv, c.pos0, c.T, c.heads, scale, full.data());
-          cpu::attention_avx512_bf16_dot(true);
           got.expect_guard();
           EXPECT_LT(rel_err(got.data(), want.data(), n), tol::kAttention);
           EXPECT_EQ(std::memcmp(want.data(), want_widened.data(), n * sizeof(float)), 0)
               << "ref over 16-bit pages must be ref over f32 pages of the widened values (and rounded query)";
-          const bool dot_products = dt == DType::BF16 && dot && cpu::has_avx512_bf16() && c.hd % 32 == 0;
-          if (dot_products)
+          const bool dot_products =
+              dt == DType::BF16 && dot && cpu::has_avx512_bf16() && c.hd % 32 == 0 && c.hd <= 256;
+          if (dot_products) {
             EXPECT_LT(rel_err(got.data(), widened.data(), n), tol::kAttention);
-          else
+            dot_differs += std::memcmp(got.data(), widened.data(), n * sizeof(float)) != 0;
+          } else {
             EXPECT_EQ(std::memcmp(got.data(), widened.data(), n * sizeof(float)), 0)
                 << "16-bit pages must give the f32 kernel's result on the widened values (and rounded query)";
+          }
           const double err = rel_err(want.data(), full.data(), n);
           if (dot)
             std::printf("%s %s%s: vs f32 KV %.2e\n", dtype_name(dt).data(), c.label,
                         head_regions ? " (head regions)" : "", err);
           EXPECT_LT(err, dt == DType::BF16 ? tol::kAttentionKvBf16 : tol::kAttentionKvF16);
         }
+  // Where the CPU has them, the dot products ran (their sums round otherwise than the f32 path's).
+  if (cpu::has_avx512_bf16()) {
+    EXPECT_GT(dot_differs, 0) << "the bf16 dot products never ran";
+  }
 }
 
 // Decode == prefill inside the kernel, at every KV dtype: T queries in one call give bitwise what T
@@ -1464,7 +1482,7 @@ TEST_F(Kernels, AttentionOneCallEqualsOneQueryAtATime) {
         for (DType dt : {DType::F32, DType::BF16, DType::F16}) {
           const bool head_regions = (hd / 32 + pos0 / 8) % 2 == 0;  // each layout at every head_dim and split
           // bf16: the dot products (AVX512-BF16) at one start, multiply-adds of the rounded query at the other.
-          cpu::attention_avx512_bf16_dot(pos0 == 62);
+          Bf16DotScope scope(pos0 == 62);
           SCOPED_TRACE(std::string(dtype_name(dt)) + " head_dim " + std::to_string(hd) + " from " +
                        std::to_string(pos0) + ", " + std::to_string(heads) + " heads on " + std::to_string(kv_heads) +
                        (head_regions ? ", head regions" : ", token-major"));
@@ -1477,7 +1495,6 @@ TEST_F(Kernels, AttentionOneCallEqualsOneQueryAtATime) {
           for (int t = 0; t < T; ++t)
             cpu::attention(ctx, q.data() + static_cast<size_t>(t) * ld, ld, f.kv, pos0 + t, 1, heads, scale,
                            one.data() + static_cast<size_t>(t) * ld);
-          cpu::attention_avx512_bf16_dot(true);
           EXPECT_EQ(all, one);
         }
 }

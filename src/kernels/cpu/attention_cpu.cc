@@ -34,7 +34,7 @@ struct KvF32 {
 struct KvBf16 {
   using Elem = uint16_t;
   // The query is rounded to bf16 before its dot products with bf16 keys (as the AVX-512 kernel's
-  // vdpbf16ps needs it; kernels.h).
+  // vdpbf16ps needs it; ops.inc).
   static constexpr bool kRoundQ = true;
   static HYBRIDLM_INLINE float widen(uint16_t x) { return bf16_to_f32(x); }
 };

@@ -436,7 +436,7 @@ void attention(const KernelContext&, const float* q, int ld_q, const PagedKv& kv
     for (int h = 0; h < n_heads; ++h) {
       const float* qh = q + static_cast<size_t>(t) * ld_q + static_cast<size_t>(h) * hd;
       const size_t kv_off = static_cast<size_t>(h / rep) * hd;
-      // Over bf16 keys the query is rounded to bf16 first (kernels.h).
+      // Over bf16 keys the query is rounded to bf16 first (ops.inc).
       for (int i = 0; i < hd; ++i) qd[i] = kv.dtype == DType::BF16 ? bf16_to_f32(f32_to_bf16(qh[i])) : qh[i];
       double mx = -INFINITY;
       for (int j = 0; j < n_keys; ++j) {
