@@ -57,12 +57,17 @@ constexpr double kQ8DecodeVsPrefill = 1e-2;
 // 32-64) 4-bit rounding moves the logits by the order of the logits themselves: measured 5.8e-2
 // (granite) to 1.04 (nemotron_h) of their scale, discrete Mamba-2 0.57 / 0.84, lfm2_moe 0.78, gated
 // DeltaNet 0.59 (qwen3_5) to 0.85 (qwen3_5_moe). So the largest deviation only bounds gross
-// failure here; the correlation below is what catches a wrong layout, block or sign. Prefill + decode vs one q4_0 forward measured <= 2.7e-7, as q8_0.
+// failure here; the correlation below is what catches a wrong layout, block or sign. Prefill +
+// decode vs one q4_0 forward measured <= 2.7e-7 in the release build, as q8_0. The sanitizer build
+// (-O1) computes some f32 values in decode in another order than in prefill (mamba1, no attention:
+// 1.35e-3), and where such a difference crosses a rounding step (an activation's int8 code, a bf16
+// K, V or query element) it becomes a whole step; nemotron_h, whose logits move by 104% under q4_0,
+// amplifies that to 1.23e-2 with bf16 KV (since the query's rounding to bf16, 8e3b6d7).
 constexpr double kQ4Model = 1.5;
 constexpr double kQ4ModelDiscreteMamba2 = 1.5;
 constexpr double kQ4ModelRoutedMoe = 1.5;
 constexpr double kQ4ModelGatedDeltaNet = 1.5;
-constexpr double kQ4DecodeVsPrefill = 1e-2;
+constexpr double kQ4DecodeVsPrefill = 3e-2;
 // q4_0 weights against f32 weights holding the same values: only the activations' q8_0 rounding
 // differs, so the error is q8_0's size, not q4_0's: measured 2.5e-3 (granite) to 5.6e-2 (lfm2_moe),
 // 8.7e-2 (llamba) and 9.5e-2 (zamba2, hidden size 32: one activation block per row), against
