@@ -1,8 +1,14 @@
-// An allocator for large, long-lived buffers (weights in memory): blocks of 2 MiB or more start
-// on a 2 MiB boundary and are marked MADV_HUGEPAGE, so a decode step that streams hundreds of MB
-// through the matmuls takes few TLB misses (many systems set transparent huge pages to
-// "madvise", where plain allocations never get them). The size is not rounded up (no 2 MiB of
-// slack per matrix). Smaller blocks come from operator new.
+// Allocators for large, long-lived buffers (weights in memory), so that a decode step streaming
+// hundreds of MB through the matmuls takes few TLB misses: many systems set transparent huge pages
+// to "madvise", where plain allocations never get them.
+// - HugePageAllocator: blocks of 2 MiB or more start on a 2 MiB boundary and are marked
+//   MADV_HUGEPAGE. The size is not rounded up (no 2 MiB of slack per matrix). Smaller blocks come
+//   from operator new. For buffers that grow and shrink (scratch arenas).
+// - WeightAllocator: the same for blocks of 2 MiB or more; blocks from 64 KiB up to 2 MiB are
+//   carved from shared huge-page slabs (slab_allocate below), so a model's many small matrices
+//   (a MoE model's experts, Mamba-1's x_proj, a q8_0 out_proj) share huge pages instead of
+//   taking 4 KB ones. For the model's weights only: a slab's memory returns to the system when
+//   its last block is freed, not before (blocks freed early leave holes that are not reused).
 #pragma once
 
 #include <sys/mman.h>
@@ -43,6 +49,46 @@ struct HugePageAllocator {
 
 template <class T>
 using HugeVector = std::vector<T, HugePageAllocator<T>>;
+
+// The slab pool behind WeightAllocator. slab_allocate takes bytes in [kSlabMin, kSlabMax): the
+// block starts on a 64-byte boundary inside a 2 MiB-aligned, MADV_HUGEPAGE slab of kSlabBytes,
+// after the previous block; slab_deallocate gets the same size back. Thread-safe. A slab is
+// unmapped when its last block is freed. Failing to map a slab throws std::bad_alloc.
+inline constexpr size_t kSlabMin = size_t{64} << 10;
+inline constexpr size_t kSlabMax = size_t{2} << 20;
+inline constexpr size_t kSlabBytes = size_t{32} << 20;
+void* slab_allocate(size_t bytes);
+void slab_deallocate(void* p, size_t bytes);
+// What the pool holds now (tests, diagnostics): slabs mapped, blocks live, and their bytes.
+struct SlabStats {
+  size_t slabs = 0, blocks = 0, block_bytes = 0;
+};
+SlabStats slab_stats();
+
+template <class T>
+struct WeightAllocator {
+  using value_type = T;
+
+  WeightAllocator() = default;
+  template <class U>
+  WeightAllocator(const WeightAllocator<U>&) {}
+
+  T* allocate(size_t n) {
+    const size_t bytes = n * sizeof(T);
+    if (bytes >= kSlabMin && bytes < kSlabMax) return static_cast<T*>(slab_allocate(bytes));
+    return HugePageAllocator<T>().allocate(n);
+  }
+  void deallocate(T* p, size_t n) {
+    const size_t bytes = n * sizeof(T);
+    if (bytes >= kSlabMin && bytes < kSlabMax) slab_deallocate(p, bytes);
+    else HugePageAllocator<T>().deallocate(p, n);
+  }
+  template <class U>
+  bool operator==(const WeightAllocator<U>&) const { return true; }
+};
+
+template <class T>
+using WeightVector = std::vector<T, WeightAllocator<T>>;
 
 // A large zero-filled buffer that the OS backs with memory only where it is written (as calloc's
 // is; in 2 MiB pieces where huge pages apply), on a 2 MiB boundary and marked MADV_HUGEPAGE: for

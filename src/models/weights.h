@@ -40,12 +40,12 @@ struct Matrix {
   // big projections) are stored in lane panels of 32 rows (WeightView::panels, padded with zero
   // rows); others row-major.
   bool panels = false;
-  HugeVector<float> f32;
-  HugeVector<uint16_t> bf16;
+  WeightVector<float> f32;
+  WeightVector<uint16_t> bf16;
   // dtype I8 (q8_0) or U8 (q4_0): codes and scales in the panel layout of quantize_q8_0_matrix or
   // quantize_q4_0_matrix (tensor/quant.h).
-  HugeVector<uint8_t> codes;
-  HugeVector<float> scales;
+  WeightVector<uint8_t> codes;
+  WeightVector<float> scales;
   // Zero-copy: the weights inside the mapped checkpoint (the model keeps the mapping alive).
   const void* mapped = nullptr;
   WeightView view() const {
