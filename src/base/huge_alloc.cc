@@ -125,5 +125,10 @@ SlabPool& pool() {
 void* slab_allocate(size_t bytes) { return pool().allocate(bytes); }
 void slab_deallocate(void* p, size_t bytes) { pool().deallocate(p, bytes); }
 SlabStats slab_stats() { return pool().stats(); }
+#ifdef HYBRIDLM_SLAB_ASAN
+bool slab_poisons() { return true; }
+#else
+bool slab_poisons() { return false; }
+#endif
 
 }  // namespace hybridlm

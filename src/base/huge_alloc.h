@@ -64,6 +64,8 @@ struct SlabStats {
   size_t slabs = 0, blocks = 0, block_bytes = 0;
 };
 SlabStats slab_stats();
+// Whether the pool poisons what is not a live block (AddressSanitizer builds).
+bool slab_poisons();
 
 template <class T>
 struct WeightAllocator {

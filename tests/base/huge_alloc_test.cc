@@ -136,5 +136,18 @@ TEST(SlabPool, ThreadsAllocateAndFreeConcurrently) {
   EXPECT_EQ(after.blocks, before.blocks);
 }
 
+// Under AddressSanitizer the bytes between and after blocks, and freed blocks, are poisoned: an
+// overrun of one matrix into the next, or a read of a freed one, is reported.
+TEST(SlabPoolDeathTest, AsanReportsOverrunsAndUseAfterFree) {
+  if (!slab_poisons()) GTEST_SKIP() << "not an AddressSanitizer build";
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  auto* a = static_cast<volatile uint8_t*>(slab_allocate(kSlabMin + 3));
+  void* b = slab_allocate(kSlabMin);  // the next block: an overrun of `a` must not land in it unseen
+  EXPECT_DEATH(a[kSlabMin + 3] = 1, "use-after-poison");
+  slab_deallocate(const_cast<uint8_t*>(a), kSlabMin + 3);
+  EXPECT_DEATH((void)a[0], "use-after-poison");
+  slab_deallocate(b, kSlabMin);
+}
+
 }  // namespace
 }  // namespace hybridlm
