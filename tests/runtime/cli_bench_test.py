@@ -130,6 +130,26 @@ warns = [l for l in text.splitlines() if l.startswith("warning:")]
 check("threads above the CPUs run, warned once", rc == 0 and [r["threads"] for r in rows] == [cores + 1, cores + 2] and
       len(warns) == 1 and f"-t {cores + 2}" in warns[0], text)
 
+# -d: every test of a depth starts from a context of that many tokens, filled once per depth and
+# forked for each repetition's sequences; the test is named as llama-bench names it.
+jamba = make_model("jamba-tiny", "jamba-tiny", 9)  # attention layers: forks share KV pages
+for model in (m2, jamba):
+    rc, out, err = run("bench", "-m", model, "-p", "4", "-n", "2", "-d", "0,16", "--batch", "1,2", "-t", "1",
+                       "-o", "jsonl", *FAST)
+    try:
+        rows = [json.loads(l) for l in out.splitlines()] if rc == 0 else []
+    except ValueError:
+        rows = []
+    want = [("pp4", 0, 1), ("tg2", 0, 1), ("tg2", 0, 2), ("pp4 @ d16", 16, 1), ("tg2 @ d16", 16, 1),
+            ("tg2 @ d16", 16, 2)]
+    check(f"-d 0,16: each depth's tests in order, with n_depth ({os.path.basename(model)})",
+          [(r.get("test"), r.get("n_depth"), r.get("batch")) for r in rows] == want and
+          err.count("bench: filling a context of 16 tokens") == 1, out + err)
+rc, out, err = run("bench", "-m", m2, "-p", "0", "-n", "2", "-d", "0,8", "-t", "1", *FAST)
+check("md: the parallel-regions line once for a sweep that repeats it",
+      rc == 0 and out.count("parallel regions per decode step (1 threads, batch 1)") == 1 and "tg2 @ d8" in out,
+      out + err)
+
 # Bad values: exit 1 and one line naming the flag and the item.
 base = ["bench", "-m", m2, "--no-probe"]
 expect_error("bad -p item", base + ["-p", "12,x"], 1, "-p/--n-prompt: 'x' is not an integer in [0, 1048576]")
@@ -137,6 +157,7 @@ expect_error("bad -t item", base + ["-t", "0,-1"], 1, "-t/--threads: '-1' is not
 expect_error("empty -n", base + ["-n", ""], 1, "-n/--n-gen: '' is not an integer")
 expect_error("empty --batch item", base + ["--batch", "1,,2"], 1, "--batch: '' is not an integer in [1, 1024]")
 expect_error("--batch 0", base + ["--batch", "0"], 1, "--batch: '0' is not an integer in [1, 1024]")
+expect_error("bad -d item", base + ["-d", "0,-4"], 1, "-d/--n-depth: '-4' is not an integer in [0, 1048576]")
 expect_error("-p 0 -n 0", base + ["-p", "0", "-n", "0"], 1, "bench: -p and -n are both 0: no test to run")
 expect_error("unknown -o", base + ["-o", "xml"], 1, "-o/--output xml: use md, csv, json or jsonl")
 expect_error("--json against -o csv", base + ["-o", "csv", "--json"], 1, "bench: --json and -o csv disagree")

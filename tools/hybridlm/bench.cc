@@ -307,16 +307,20 @@ struct RunInfo {
 // One test's result.
 struct Row {
   int n_prompt = 0, n_gen = 0;  // exactly one is > 0: a pp or a tg test
+  int n_depth = 0;              // tokens of context before the test's own
   int threads = 0, batch = 1;
   Stat tps;
   double rate = 0;             // pp: GFLOP/s (GOP/s at q8_0); tg: GB/s of weights
-  double rate_with_state = 0;  // tg: GB/s of weights + every sequence's state read and written
+  double rate_with_state = 0;  // tg: GB/s of weights + every sequence's state read and written (+ KV at depth)
   double bytes_per_step = 0, bytes_with_state = 0;  // tg: what those rates count per step
   double regions_per_step = 0;  // tg: thread-pool parallel regions per decode step (wake-up + join each)
   Peaks peaks;
   double peak_rss = 0;  // this process's peak RSS after the test
   bool pp() const { return n_prompt > 0; }
-  std::string test() const { return pp() ? "pp" + std::to_string(n_prompt) : "tg" + std::to_string(n_gen); }
+  std::string test() const {
+    const std::string t = pp() ? "pp" + std::to_string(n_prompt) : "tg" + std::to_string(n_gen);
+    return n_depth > 0 ? t + " @ d" + std::to_string(n_depth) : t;  // llama-bench's spelling
+  }
 };
 
 // One output column of csv, json and jsonl; an empty value is "not applicable" (a blank csv cell,
@@ -338,6 +342,7 @@ std::vector<Field> fields_of(const RunInfo& in, const Row& r, bool probe) {
       {"test", r.test(), true},
       {"n_prompt", std::to_string(r.n_prompt)},
       {"n_gen", std::to_string(r.n_gen)},
+      {"n_depth", std::to_string(r.n_depth)},
       {"threads", std::to_string(r.threads)},
       {"batch", std::to_string(r.batch)},
       {"tokens_per_second", fixed(r.tps.mean, 3)},
@@ -481,9 +486,11 @@ class Report {
                 format_bytes(in.weight_bytes).c_str(), format_count(in.params).c_str(), in.family.c_str(),
                 in.dtype.c_str(), r.threads, r.batch, r.test().c_str(), r.tps.mean, r.tps.sd, r.rate,
                 pp ? (in.q8 ? "GOP/s" : "GFLOP/s") : "GB/s", of_peak.c_str(), with_state.c_str());
-    if (!pp)
-      regions_.push_back("parallel regions per decode step (" + std::to_string(r.threads) + " threads, batch " +
-                         std::to_string(r.batch) + "): " + fixed(r.regions_per_step, 1));
+    if (!pp) {  // once per distinct line (a sweep over -n or -d repeats them)
+      const std::string line = "parallel regions per decode step (" + std::to_string(r.threads) + " threads, batch " +
+                               std::to_string(r.batch) + "): " + fixed(r.regions_per_step, 1);
+      if (std::find(regions_.begin(), regions_.end(), line) == regions_.end()) regions_.push_back(line);
+    }
   }
 
   BenchOutput out_;
@@ -541,6 +548,8 @@ int run_bench(const BenchOptions& o) {
   const int max_prompt = prompts.empty() ? 0 : *std::max_element(prompts.begin(), prompts.end());
   const int max_gen = gens.empty() ? 0 : *std::max_element(gens.begin(), gens.end());
   const int max_batch = *std::max_element(o.batch.begin(), o.batch.end());
+  check(!o.depths.empty(), "bench: -d needs at least one value");
+  const int max_depth = *std::max_element(o.depths.begin(), o.depths.end());
 
   // Thread counts as run (0 = every core this process may use); more than the cores is allowed.
   const int cores = available_cores();
@@ -573,8 +582,8 @@ int run_bench(const BenchOptions& o) {
   for (size_t ti = 0; ti < threads.size(); ++ti) {
     EngineOptions eo = o.engine;
     eo.threads = threads[ti];
-    eo.max_sequences = max_batch;
-    eo.context = std::max(eo.context, max_prompt + max_gen + 1);
+    eo.max_sequences = max_batch + (max_depth > 0 ? 1 : 0);  // and the context the tests fork
+    eo.context = std::max(eo.context, max_depth + std::max(max_prompt, max_gen) + 1);
     Engine engine(o.model_dir, eo);
     if (ti == 0) report_mlock(engine);
     const Model& m = engine.model();
@@ -602,73 +611,88 @@ int run_bench(const BenchOptions& o) {
     const double head_params = static_cast<double>(V) * c.d_model * (c.tie_embeddings ? 1 : 2);
     const double flops_per_token = 2.0 * (info.params - head_params);
 
-    for (int p : prompts) {  // pp: one prompt of p tokens in a single step, fresh state each repetition
-      Row row;
-      row.n_prompt = p;
-      row.threads = engine.threads();
-      row.peaks = peaks[ti];
-      std::vector<double> tps, rate;
-      for (int r = 0; r < o.reps + 1; ++r) {  // the first run warms up
-        const std::vector<int32_t> ids = random_ids(p);
-        const int s = engine.new_sequence();
-        const auto t0 = Clock::now();
-        engine.prefill(s, ids, false, p);
-        const double dt = seconds_since(t0);
-        engine.free_sequence(s);
-        if (r == 0) continue;
-        tps.push_back(p / dt);
-        rate.push_back(p * flops_per_token / dt / 1e9);
+    for (int depth : o.depths) {
+      // The context every test of this depth starts from: filled once, forked per sequence.
+      int base = -1;
+      if (depth > 0) {
+        std::fprintf(stderr, "bench: filling a context of %d tokens\n", depth);
+        base = engine.new_sequence();
+        engine.prefill(base, random_ids(depth), false);
       }
-      row.tps = stat_of(tps);
-      row.rate = stat_of(rate).mean;
-      row.peak_rss = peak_rss_bytes();
-      report.row(info, row);
-    }
-    for (int n : gens) {
-      for (int batch : o.batch) {  // tg: batch sequences decode n steps together; each reads all weights once
+      auto start_sequence = [&] { return base >= 0 ? engine.cache().fork(base) : engine.new_sequence(); };
+      for (int p : prompts) {  // pp: one prompt of p tokens in a single step, fresh state each repetition
         Row row;
-        row.n_gen = n;
+        row.n_prompt = p;
+        row.n_depth = depth;
         row.threads = engine.threads();
-        row.batch = batch;
         row.peaks = peaks[ti];
-        row.bytes_per_step = info.weight_bytes;
-        row.bytes_with_state = info.weight_bytes + 2.0 * info.state_bytes * batch;
-        std::vector<double> tps, rate, rate_state;
-        uint64_t regions = 0;
-        for (int r = 0; r < o.reps + 1; ++r) {
-          std::vector<int> slots;
-          std::vector<BatchRun> runs;
-          std::vector<int> logit_rows;
-          for (int b = 0; b < batch; ++b) {
-            slots.push_back(engine.new_sequence());
-            runs.push_back({slots.back(), 1});
-            logit_rows.push_back(b);
-          }
-          std::vector<int32_t> toks = random_ids(batch);
-          const uint64_t regions0 = engine.parallel_regions();
+        std::vector<double> tps, rate;
+        for (int r = 0; r < o.reps + 1; ++r) {  // the first run warms up
+          const std::vector<int32_t> ids = random_ids(p);
+          const int s = start_sequence();
           const auto t0 = Clock::now();
-          for (int step = 0; step < n; ++step) {
-            std::span<const float> l = engine.step(toks, runs, logit_rows);
-            for (int b = 0; b < batch; ++b) {  // greedy next token, as a real decode loop would
-              const float* logits = l.data() + static_cast<size_t>(b) * V;
-              toks[b] = static_cast<int32_t>(std::max_element(logits, logits + V) - logits);
-            }
-          }
+          engine.prefill(s, ids, false, p);
           const double dt = seconds_since(t0);
-          regions = engine.parallel_regions() - regions0;  // the same every repetition
-          for (int s : slots) engine.free_sequence(s);
+          engine.free_sequence(s);
           if (r == 0) continue;
-          tps.push_back(static_cast<double>(batch) * n / dt);
-          rate.push_back(row.bytes_per_step * n / dt / 1e9);
-          rate_state.push_back(row.bytes_with_state * n / dt / 1e9);
+          tps.push_back(p / dt);
+          rate.push_back(p * flops_per_token / dt / 1e9);
         }
         row.tps = stat_of(tps);
         row.rate = stat_of(rate).mean;
-        row.rate_with_state = stat_of(rate_state).mean;
-        row.regions_per_step = static_cast<double>(regions) / n;
         row.peak_rss = peak_rss_bytes();
         report.row(info, row);
       }
+      for (int n : gens) {
+        for (int batch : o.batch) {  // tg: batch sequences decode n steps together; each reads all weights once
+          Row row;
+          row.n_gen = n;
+          row.n_depth = depth;
+          row.threads = engine.threads();
+          row.batch = batch;
+          row.peaks = peaks[ti];
+          row.bytes_per_step = info.weight_bytes;
+          // At depth, each step also reads every sequence's KV: depth + i + 1 tokens at step i.
+          const double kv_read = info.kv_bytes_per_token * (depth + (n + 1) / 2.0) * batch;
+          row.bytes_with_state = info.weight_bytes + 2.0 * info.state_bytes * batch + kv_read;
+          std::vector<double> tps, rate, rate_state;
+          uint64_t regions = 0;
+          for (int r = 0; r < o.reps + 1; ++r) {
+            std::vector<int> slots;
+            std::vector<BatchRun> runs;
+            std::vector<int> logit_rows;
+            for (int b = 0; b < batch; ++b) {
+              slots.push_back(start_sequence());
+              runs.push_back({slots.back(), 1});
+              logit_rows.push_back(b);
+            }
+            std::vector<int32_t> toks = random_ids(batch);
+            const uint64_t regions0 = engine.parallel_regions();
+            const auto t0 = Clock::now();
+            for (int step = 0; step < n; ++step) {
+              std::span<const float> l = engine.step(toks, runs, logit_rows);
+              for (int b = 0; b < batch; ++b) {  // greedy next token, as a real decode loop would
+                const float* logits = l.data() + static_cast<size_t>(b) * V;
+                toks[b] = static_cast<int32_t>(std::max_element(logits, logits + V) - logits);
+              }
+            }
+            const double dt = seconds_since(t0);
+            regions = engine.parallel_regions() - regions0;  // the same every repetition
+            for (int s : slots) engine.free_sequence(s);
+            if (r == 0) continue;
+            tps.push_back(static_cast<double>(batch) * n / dt);
+            rate.push_back(row.bytes_per_step * n / dt / 1e9);
+            rate_state.push_back(row.bytes_with_state * n / dt / 1e9);
+          }
+          row.tps = stat_of(tps);
+          row.rate = stat_of(rate).mean;
+          row.rate_with_state = stat_of(rate_state).mean;
+          row.regions_per_step = static_cast<double>(regions) / n;
+          row.peak_rss = peak_rss_bytes();
+          report.row(info, row);
+        }
+      }
+      if (base >= 0) engine.free_sequence(base);
     }
   }
   report.end(info, peak_rss_bytes());
@@ -685,7 +709,7 @@ Subcommand add_bench(CLI::App& parent) {
   struct Flags {
     ModelFlags model;
     BenchOptions bench;
-    std::string prompt = "512", gen = "128", threads = "0", batch = "1", output;
+    std::string prompt = "512", gen = "128", threads = "0", batch = "1", depth = "0", output;
     bool json = false, no_probe = false, mmap = false;
   };
   auto f = std::make_shared<Flags>();
@@ -698,6 +722,10 @@ Subcommand add_bench(CLI::App& parent) {
       ->capture_default_str();
   bench->add_option("-t,--threads", f->threads, "threads, comma-separated (0 = all cores)")->capture_default_str();
   bench->add_option("--batch", f->batch, "sequences decoding together in tg, comma-separated")->capture_default_str();
+  bench->add_option("-d,--n-depth", f->depth,
+                    "tokens of context (random ids, filled once, not timed) before each test, comma-separated; "
+                    "tg's with-state rate then counts the KV each step reads")
+      ->capture_default_str();
   bench->add_option("-r,--repetitions", f->bench.reps, "repetitions (after one warm-up)")->capture_default_str();
   bench->add_option("-o,--output", f->output, "output format: md (default), csv, json or jsonl");
   bench->add_flag("--json", f->json, "the same as -o json");
@@ -710,6 +738,7 @@ Subcommand add_bench(CLI::App& parent) {
             b.gen_tokens = parse_int_list(f->gen, "-n/--n-gen", 0, 1 << 20);
             b.threads = parse_int_list(f->threads, "-t/--threads", 0, 1024);
             b.batch = parse_int_list(f->batch, "--batch", 1, 1024);
+            b.depths = parse_int_list(f->depth, "-d/--n-depth", 0, 1 << 20);
             check(!f->json || f->output.empty() || f->output == "json", "bench: --json and -o ", f->output,
                   " disagree: use one");
             b.output = parse_bench_output(f->json ? "json" : f->output.empty() ? "md" : f->output);

@@ -22,6 +22,9 @@ struct BenchOptions {
   std::vector<int> gen_tokens{128};     // one tg test per size and batch (none when {0})
   std::vector<int> threads{0};          // every test runs at each; 0 = all cores
   std::vector<int> batch{1};            // sequences decoding together in tg
+  // Tokens of context every test starts from (llama-bench's -d): each depth's context is filled
+  // once (random ids, not timed) and every repetition's sequences are forks of it.
+  std::vector<int> depths{0};
   int reps = 3;
   BenchOutput output = BenchOutput::Markdown;
   bool probe = true;  // measure the machine's peaks (and report the rates as fractions of them)
