@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 
 #include "io/safetensors.h"
 
@@ -41,6 +42,35 @@ size_t weight_bytes(const HybridConfig& c, WeightDType dtype) {
   size_t n = 0;
   for (const TensorEntry& t : Model::tensors(c)) n += t.bytes(dtype);
   return n;
+}
+
+WeightReads decode_weight_reads(const HybridConfig& c, WeightDType dtype, int batch) {
+  // The expected share of each mixture's experts that the step touches, by tensor-name prefix.
+  struct Experts {
+    std::string prefix;
+    bool stacked;    // one (E, rows, cols) tensor per projection under the prefix
+    double touched;  // the expected share of the experts read
+  };
+  std::vector<Experts> experts;
+  for (const BlockSpec& b : c.blocks) {
+    const FfnSpec& f = b.ffn;
+    if (f.kind != FfnKind::Moe || f.n_experts <= 0) continue;
+    const double pick = std::min(1.0, static_cast<double>(f.top_k) / f.n_experts);
+    experts.push_back({f.stacked_experts ? b.names.ffn : b.names.ffn + f.experts, f.stacked_experts,
+                       1.0 - std::pow(1.0 - pick, std::max(batch, 1))});
+  }
+  WeightReads w;
+  for (const TensorEntry& t : Model::tensors(c)) {
+    const double bytes = static_cast<double>(t.bytes(dtype));
+    double share = 1.0;
+    if (!c.tie_embeddings && (t.name == c.embedding_name || t.name == c.embedding_alias) && !t.shape.empty())
+      share = std::min(1.0, static_cast<double>(std::max(batch, 1)) / static_cast<double>(t.shape.front()));
+    for (const Experts& e : experts)
+      if (t.name.starts_with(e.prefix) && (!e.stacked || t.kind == TensorEntry::Stacked)) share = e.touched;
+    w.all += bytes;
+    w.read += bytes * share;
+  }
+  return w;
 }
 
 StoredDType stored_dtype(const std::filesystem::path& dir) {

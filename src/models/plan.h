@@ -27,6 +27,15 @@ size_t matrix_param_count(const HybridConfig& c);
 // with --no-mmap; mapped matrices take rows x cols x dtype bytes instead of their panel padding).
 size_t weight_bytes(const HybridConfig& c, WeightDType dtype);
 
+// What one decode step of `batch` sequences reads of the weights at `dtype`, against all of them:
+// every matrix once, except the experts of a mixture (only those the step's tokens are routed to:
+// E (1 - (1 - k/E)^batch) of E experts when each token picks k uniformly, as random weights route)
+// and an untied embedding (one row per token; a tied one is read whole as the head).
+struct WeightReads {
+  double all = 0, read = 0;
+};
+WeightReads decode_weight_reads(const HybridConfig& c, WeightDType dtype, int batch);
+
 // A model's own weight dtype, and where it was read.
 struct StoredDType {
   DType dtype = DType::F32;

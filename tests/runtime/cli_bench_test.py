@@ -9,8 +9,10 @@ Run as the other CLI tests are (cli_common.py).
 import csv
 import io
 import json
+import math
 import os
 import re
+import struct
 
 from cli_common import check, expect_error, finish, make_model, run, start
 
@@ -149,6 +151,44 @@ rc, out, err = run("bench", "-m", m2, "-p", "0", "-n", "2", "-d", "0,8", "-t", "
 check("md: the parallel-regions line once for a sweep that repeats it",
       rc == 0 and out.count("parallel regions per decode step (1 threads, batch 1)") == 1 and "tg2 @ d8" in out,
       out + err)
+
+# tg's GB/s counts the weights a step reads: of a mixture, only the experts its tokens are routed
+# to (E (1 - (1 - k/E)^batch) of E, routing taken as uniform), and of an untied embedding one row a
+# token. Checked against the checkpoint's own tensor sizes, to within the embedding's padding to
+# whole panels of 32 rows (the experts' rows fill theirs).
+def expected_unread(model, batch):
+    with open(os.path.join(model, "model.safetensors"), "rb") as f:
+        header = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
+    header.pop("__metadata__", None)
+    with open(os.path.join(model, "config.json")) as f:
+        top = json.load(f)
+    cfg = top.get("text_config", top)
+    size = {k: 4 * math.prod(v["shape"]) for k, v in header.items() if not k.startswith("mtp.")}
+    unread = 0.0
+    if cfg.get("num_experts"):
+        touched = 1 - (1 - cfg["num_experts_per_tok"] / cfg["num_experts"]) ** batch
+        unread += sum(b for k, b in size.items() if ".experts." in k) * (1 - touched)
+    if not top.get("tie_word_embeddings", cfg.get("tie_word_embeddings", True)):
+        unread += sum(b for k, b in size.items() if k.endswith("embed_tokens.weight")) * (1 - batch / cfg["vocab_size"])
+    return unread
+
+
+qnext = make_model("qnext", "qwen3-next-tiny", 4)  # experts by name
+for model in (m2, qnext, make_model("q35moe", "qwen3.5-moe-tiny", 4)):  # and stacked
+    rc, out, err = run("bench", "-m", model, "-p", "0", "-n", "2", "--batch", "1,4", "-t", "1", "-o", "jsonl", *FAST)
+    try:
+        rows = [json.loads(l) for l in out.splitlines()] if rc == 0 else []
+    except ValueError:
+        rows = []
+    got = [r["weight_bytes"] - r["weight_bytes_per_step"] for r in rows]
+    want = [expected_unread(model, b) for b in (1, 4)]
+    check(f"tg counts the weights a step reads ({os.path.basename(model)}: unread {want})",
+          len(got) == 2 and all(abs(g - w) <= 32 * 64 * 4 for g, w in zip(got, want)) and
+          (want[0] > 0) == (model != m2),
+          out + err)
+rc, out, err = run("bench", "-m", qnext, "-p", "0", "-n", "2", "-t", "1", *FAST)
+check("md: a line says how much of the weights a step reads",
+      rc == 0 and re.search(r"weights read per decode step \(batch 1\): \S+ \S+ of ", out) is not None, out + err)
 
 # Bad values: exit 1 and one line naming the flag and the item.
 base = ["bench", "-m", m2, "--no-probe"]

@@ -31,6 +31,7 @@
 #include "tools/hybridlm/cli.h"
 #include "tools/hybridlm/format.h"
 #include "kernels/cpu/cpu_features.h"
+#include "models/plan.h"
 
 namespace hybridlm {
 
@@ -350,6 +351,7 @@ std::vector<Field> fields_of(const RunInfo& in, const Row& r, bool probe) {
       {"gflops", pp ? fixed(r.rate, 2) : ""},
       {"gbps", pp ? "" : fixed(r.rate, 2)},
       {"gbps_with_state", pp ? "" : fixed(r.rate_with_state, 2)},
+      {"weight_bytes_per_step", pp ? "" : fixed(r.bytes_per_step, 0)},
       {"parallel_regions_per_step", pp ? "" : fixed(r.regions_per_step, 1)},
   };
   if (probe) {
@@ -430,7 +432,7 @@ class Report {
     if (over_probe_)
       std::printf("‡ above 100%%: the test outpaced the peak its probe measured at the start of the run; on a shared "
                   "host a single probe swings widely (docs/benchmarks.md)\n");
-    for (const std::string& line : regions_) std::printf("%s\n", line.c_str());
+    for (const std::string& line : after_table_) std::printf("%s\n", line.c_str());
     std::printf("state per sequence: %s at %s (read and written once per decode step)\n",
                 format_bytes(in.state_bytes).c_str(), in.state_dtype.c_str());
     if (in.kv_dtype != "none")
@@ -489,7 +491,14 @@ class Report {
     if (!pp) {  // once per distinct line (a sweep over -n or -d repeats them)
       const std::string line = "parallel regions per decode step (" + std::to_string(r.threads) + " threads, batch " +
                                std::to_string(r.batch) + "): " + fixed(r.regions_per_step, 1);
-      if (std::find(regions_.begin(), regions_.end(), line) == regions_.end()) regions_.push_back(line);
+      if (std::find(after_table_.begin(), after_table_.end(), line) == after_table_.end()) after_table_.push_back(line);
+      if (r.bytes_per_step < 0.99 * in.weight_bytes) {  // a mixture of experts, an untied embedding
+        const std::string reads = "weights read per decode step (batch " + std::to_string(r.batch) +
+                                  "): " + format_bytes(r.bytes_per_step) + " of " + format_bytes(in.weight_bytes) +
+                                  " (the experts its tokens are routed to, if routed uniformly; one embedding row "
+                                  "a token)";
+        if (std::find(after_table_.begin(), after_table_.end(), reads) == after_table_.end()) after_table_.push_back(reads);
+      }
     }
   }
 
@@ -500,7 +509,7 @@ class Report {
   bool q8_ = false;
   int rows_ = 0;
   bool in_cache_ = false, over_probe_ = false;  // which footnotes the table needs
-  std::vector<std::string> regions_;             // tg rows' parallel regions per step, after the table
+  std::vector<std::string> after_table_;  // tg rows' parallel regions and weights read per step, once each
 };
 
 // The sizes of a sweep without its 0s (-p 0: no pp tests).
@@ -651,10 +660,13 @@ int run_bench(const BenchOptions& o) {
           row.threads = engine.threads();
           row.batch = batch;
           row.peaks = peaks[ti];
-          row.bytes_per_step = info.weight_bytes;
+          // The weights a step reads: all that the model holds, less the experts no token of the
+          // step is routed to and an untied embedding's other rows.
+          const WeightReads reads = decode_weight_reads(c, m.weight_dtype(), batch);
+          row.bytes_per_step = std::max(0.0, info.weight_bytes - (reads.all - reads.read));
           // At depth, each step also reads every sequence's KV: depth + i + 1 tokens at step i.
           const double kv_read = info.kv_bytes_per_token * (depth + (n + 1) / 2.0) * batch;
-          row.bytes_with_state = info.weight_bytes + 2.0 * info.state_bytes * batch + kv_read;
+          row.bytes_with_state = row.bytes_per_step + 2.0 * info.state_bytes * batch + kv_read;
           std::vector<double> tps, rate, rate_state;
           uint64_t regions = 0;
           for (int r = 0; r < o.reps + 1; ++r) {
