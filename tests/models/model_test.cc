@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "io/safetensors.h"
+#include "kernels/profile.h"
 #include "models/model.h"
 #include "tensor/quant.h"
 
@@ -181,6 +182,32 @@ TEST_P(ModelInvariants, CpuKernelsMatchReferenceKernels) {
     EXPECT_LT(err, exact_storage ? tol::kModelCpuVsRef : tol::kModelCpuVsRef16BitCache);
     EXPECT_GT(err, 0.0) << "bitwise equal: did both engines run the same kernels?";
   }
+}
+
+// `hybridlm bench --profile`'s table forwards every op unchanged (bitwise the same logits) and
+// counts each outermost call: one decode step of one sequence calls attention once per layer that
+// keeps KV (the cache's layer kinds) and the embedding once.
+TEST_P(ModelInvariants, ProfilingKernelsForwardEveryCallAndCountIt) {
+  Engine cpu(dir(), opts());
+  EngineOptions o = opts();
+  o.kernels = &profiling_kernels(cpu_kernels());
+  Engine prof(dir(), o);
+  ASSERT_EQ(varlen_then_decode(prof, 300), varlen_then_decode(cpu, 300));
+  const int s = prof.new_sequence(), V = prof.vocab_size();
+  prof.prefill(s, random_ids(5, V, 3), false);
+  reset_kernel_profile();
+  prof.prefill(s, random_ids(1, V, 4), true);
+  std::map<std::string, int64_t> calls;
+  for (const OpTime& t : kernel_profile()) {
+    calls[t.op] = t.calls;
+    EXPECT_GE(t.seconds, 0.0) << t.op;
+  }
+  int kv_layers = 0;
+  for (const LayerCacheSpec& l : prof.cache().layers()) kv_layers += l.has_kv() ? 1 : 0;
+  EXPECT_EQ(calls["attention"], kv_layers);
+  EXPECT_EQ(calls["embedding"], 1);
+  EXPECT_GT(calls["matmul"], 0);
+  EXPECT_GT(calls["rmsnorm"], 0);
 }
 
 TEST_P(ModelInvariants, RandomChunkingsEqualFullForward) {

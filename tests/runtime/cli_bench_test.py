@@ -190,6 +190,30 @@ rc, out, err = run("bench", "-m", qnext, "-p", "0", "-n", "2", "-t", "1", *FAST)
 check("md: a line says how much of the weights a step reads",
       rc == 0 and re.search(r"weights read per decode step \(batch 1\): \S+ \S+ of ", out) is not None, out + err)
 
+# --profile: each test's ms a step by kernel op, "other" the rest of the step's wall time; the
+# items add up to the step's time that tokens/s gives (one repetition: the same wall time).
+for model, step_op, scan_op in ((qnext, "gated_delta_step", "gated_delta_scan"), (jamba, "mamba1_scan", "mamba1_scan")):
+    rc, out, err = run("bench", "-m", model, "-p", "8", "-n", "4", "--batch", "1,2", "-t", "1", "-o", "jsonl",
+                       "--profile", "-r", "1", "--no-probe")
+    try:
+        rows = [json.loads(l) for l in out.splitlines()] if rc == 0 else []
+    except ValueError:
+        rows = []
+    prof = [dict((k, float(v)) for k, v in (item.split("=") for item in r.get("profile_ms_per_step", "").split(";")))
+            if r.get("profile_ms_per_step") else {} for r in rows]
+    ok = len(rows) == 3 and all(p and "matmul" in p and "attention" in p and "other" in p for p in prof)
+    ok = ok and scan_op in prof[0] and step_op in prof[1] and step_op in prof[2]
+    for r, p in zip(rows, prof):
+        step_ms = 1000.0 * (r["n_prompt"] or r["batch"]) / r["tokens_per_second"]
+        ok = ok and abs(sum(p.values()) - step_ms) <= 0.02 * step_ms + 0.001 * len(p)
+    check(f"--profile: ms a step by op, adding up to the step ({os.path.basename(model)})", ok, out + err)
+rc, out, err = run("bench", "-m", jamba, "-p", "0", "-n", "2", "-t", "1", "--profile", *FAST)
+check("--profile md: a line per test under the table",
+      rc == 0 and re.search(r"^profile of tg2 \(1 threads, batch 1\), ms a step: matmul [0-9.]+ \(\d+%\),.* other ",
+                            out, re.M) is not None, out + err)
+rc, rows, text = bench_rows("-p", "4", "-n", "2", "-t", "1", *FAST)
+check("without --profile no profile key", rc == 0 and rows and not any("profile_ms_per_step" in r for r in rows), text)
+
 # Bad values: exit 1 and one line naming the flag and the item.
 base = ["bench", "-m", m2, "--no-probe"]
 expect_error("bad -p item", base + ["-p", "12,x"], 1, "-p/--n-prompt: 'x' is not an integer in [0, 1048576]")

@@ -31,6 +31,7 @@
 #include "tools/hybridlm/cli.h"
 #include "tools/hybridlm/format.h"
 #include "kernels/cpu/cpu_features.h"
+#include "kernels/profile.h"
 #include "models/plan.h"
 
 namespace hybridlm {
@@ -302,7 +303,8 @@ std::string fixed(double v, int decimals) {
 struct RunInfo {
   std::string name, family, dtype, state_dtype, kv_dtype;
   double params = 0, weight_bytes = 0, state_bytes = 0, kv_bytes_per_token = 0;
-  bool q8 = false;  // pp is measured against the int8 VNNI peak
+  bool q8 = false;       // pp is measured against the int8 VNNI peak
+  bool profile = false;  // --profile: rows carry their kernel ops' time
 };
 
 // One test's result.
@@ -317,6 +319,10 @@ struct Row {
   double regions_per_step = 0;  // tg: thread-pool parallel regions per decode step (wake-up + join each)
   Peaks peaks;
   double peak_rss = 0;  // this process's peak RSS after the test
+  // --profile: the kernel ops' time over the timed repetitions, their steps (pp: one prompt; tg:
+  // one decode step) and their wall time.
+  std::vector<OpTime> profile;
+  double profile_steps = 0, profile_seconds = 0;
   bool pp() const { return n_prompt > 0; }
   std::string test() const {
     const std::string t = pp() ? "pp" + std::to_string(n_prompt) : "tg" + std::to_string(n_gen);
@@ -331,6 +337,21 @@ struct Field {
   std::string value;
   bool text = false;
 };
+
+// --profile's ms per step by op, the largest first, then "other": the wall time outside the ops
+// (the forward's own loops, waits in parallel regions outside an op, sampling in tg).
+std::vector<std::pair<std::string, double>> profile_ms(const Row& r) {
+  std::vector<std::pair<std::string, double>> ms;
+  if (r.profile_steps <= 0) return ms;
+  double ops = 0;
+  for (const OpTime& t : r.profile) {
+    ms.emplace_back(t.op, 1e3 * t.seconds / r.profile_steps);
+    ops += t.seconds;
+  }
+  std::stable_sort(ms.begin(), ms.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  ms.emplace_back("other", 1e3 * std::max(0.0, r.profile_seconds - ops) / r.profile_steps);
+  return ms;
+}
 
 std::vector<Field> fields_of(const RunInfo& in, const Row& r, bool probe) {
   const bool pp = r.pp();
@@ -365,6 +386,11 @@ std::vector<Field> fields_of(const RunInfo& in, const Row& r, bool probe) {
   f.push_back({"kv_dtype", in.kv_dtype, true});
   f.push_back({"kv_bytes_per_token", fixed(in.kv_bytes_per_token, 0)});
   f.push_back({"peak_rss_bytes", fixed(r.peak_rss, 0)});
+  if (in.profile) {  // "op=ms;op=ms;...;other=ms", ms per step
+    std::string p;
+    for (const auto& [op, ms] : profile_ms(r)) p += (p.empty() ? "" : ";") + op + "=" + fixed(ms, 3);
+    f.push_back({"profile_ms_per_step", p, true});
+  }
   return f;
 }
 
@@ -433,6 +459,7 @@ class Report {
       std::printf("‡ above 100%%: the test outpaced the peak its probe measured at the start of the run; on a shared "
                   "host a single probe swings widely (docs/benchmarks.md)\n");
     for (const std::string& line : after_table_) std::printf("%s\n", line.c_str());
+    for (const std::string& line : profiles_) std::printf("%s\n", line.c_str());
     std::printf("state per sequence: %s at %s (read and written once per decode step)\n",
                 format_bytes(in.state_bytes).c_str(), in.state_dtype.c_str());
     if (in.kv_dtype != "none")
@@ -488,6 +515,24 @@ class Report {
                 format_bytes(in.weight_bytes).c_str(), format_count(in.params).c_str(), in.family.c_str(),
                 in.dtype.c_str(), r.threads, r.batch, r.test().c_str(), r.tps.mean, r.tps.sd, r.rate,
                 pp ? (in.q8 ? "GOP/s" : "GFLOP/s") : "GB/s", of_peak.c_str(), with_state.c_str());
+    if (in.profile) {
+      std::string line = "profile of " + r.test() + " (" + std::to_string(r.threads) + " threads, batch " +
+                         std::to_string(r.batch) + "), ms a step:";
+      const std::vector<std::pair<std::string, double>> ms = profile_ms(r);
+      double total = 0, rest = 0;
+      for (const auto& [op, v] : ms) total += v;
+      auto item = [&](const std::string& name, double v, bool last) {
+        line += " " + name + " " + fixed(v, 3) + " (" + fixed(total > 0 ? 100 * v / total : 0, 0) + "%)" +
+                (last ? "" : ",");
+      };
+      for (size_t i = 0; i + 1 < ms.size(); ++i) {  // the ops; "other" is last
+        if (ms[i].second < 0.005 * total) rest += ms[i].second;  // under 0.5%: summed as "the rest"
+        else item(ms[i].first, ms[i].second, false);
+      }
+      if (rest > 0) item("the rest", rest, false);
+      item(ms.back().first, ms.back().second, true);
+      profiles_.push_back(line);
+    }
     if (!pp) {  // once per distinct line (a sweep over -n or -d repeats them)
       const std::string line = "parallel regions per decode step (" + std::to_string(r.threads) + " threads, batch " +
                                std::to_string(r.batch) + "): " + fixed(r.regions_per_step, 1);
@@ -509,6 +554,7 @@ class Report {
   bool q8_ = false;
   int rows_ = 0;
   bool in_cache_ = false, over_probe_ = false;  // which footnotes the table needs
+  std::vector<std::string> profiles_;  // --profile: a line per test
   std::vector<std::string> after_table_;  // tg rows' parallel regions and weights read per step, once each
 };
 
@@ -590,6 +636,7 @@ int run_bench(const BenchOptions& o) {
   // loads; every engine holds slots for the largest batch and room for the longest test.
   for (size_t ti = 0; ti < threads.size(); ++ti) {
     EngineOptions eo = o.engine;
+    if (o.profile) eo.kernels = &profiling_kernels(o.engine.kernels ? *o.engine.kernels : cpu_kernels());
     eo.threads = threads[ti];
     eo.max_sequences = max_batch + (max_depth > 0 ? 1 : 0);  // and the context the tests fork
     eo.context = std::max(eo.context, max_depth + std::max(max_prompt, max_gen) + 1);
@@ -615,6 +662,7 @@ int run_bench(const BenchOptions& o) {
     info.state_bytes = static_cast<double>(engine.cache().state_bytes_per_sequence());
     info.kv_bytes_per_token = static_cast<double>(engine.cache().kv_bytes_per_token());
     info.q8 = q8;
+    info.profile = o.profile;
     // Matmul FLOPs per prompt token: 2 x the projection weights (the embedding is a lookup and the
     // head runs once per prompt).
     const double head_params = static_cast<double>(V) * c.d_model * (c.tie_embeddings ? 1 : 2);
@@ -639,17 +687,23 @@ int run_bench(const BenchOptions& o) {
         for (int r = 0; r < o.reps + 1; ++r) {  // the first run warms up
           const std::vector<int32_t> ids = random_ids(p);
           const int s = start_sequence();
+          if (r == 1) reset_kernel_profile();
           const auto t0 = Clock::now();
           engine.prefill(s, ids, false, p);
           const double dt = seconds_since(t0);
           engine.free_sequence(s);
           if (r == 0) continue;
+          row.profile_seconds += dt;
           tps.push_back(p / dt);
           rate.push_back(p * flops_per_token / dt / 1e9);
         }
         row.tps = stat_of(tps);
         row.rate = stat_of(rate).mean;
         row.peak_rss = peak_rss_bytes();
+        if (o.profile) {
+          row.profile = kernel_profile();
+          row.profile_steps = o.reps;
+        }
         report.row(info, row);
       }
       for (int n : gens) {
@@ -680,6 +734,7 @@ int run_bench(const BenchOptions& o) {
             }
             std::vector<int32_t> toks = random_ids(batch);
             const uint64_t regions0 = engine.parallel_regions();
+            if (r == 1) reset_kernel_profile();
             const auto t0 = Clock::now();
             for (int step = 0; step < n; ++step) {
               std::span<const float> l = engine.step(toks, runs, logit_rows);
@@ -692,6 +747,7 @@ int run_bench(const BenchOptions& o) {
             regions = engine.parallel_regions() - regions0;  // the same every repetition
             for (int s : slots) engine.free_sequence(s);
             if (r == 0) continue;
+            row.profile_seconds += dt;
             tps.push_back(static_cast<double>(batch) * n / dt);
             rate.push_back(row.bytes_per_step * n / dt / 1e9);
             rate_state.push_back(row.bytes_with_state * n / dt / 1e9);
@@ -701,6 +757,10 @@ int run_bench(const BenchOptions& o) {
           row.rate_with_state = stat_of(rate_state).mean;
           row.regions_per_step = static_cast<double>(regions) / n;
           row.peak_rss = peak_rss_bytes();
+          if (o.profile) {
+            row.profile = kernel_profile();
+            row.profile_steps = static_cast<double>(o.reps) * n;
+          }
           report.row(info, row);
         }
       }
@@ -744,6 +804,9 @@ Subcommand add_bench(CLI::App& parent) {
   bench->add_flag("--no-probe", f->no_probe, "skip measuring the machine's peaks (and the % of peak columns)");
   bench->add_option("--seed", f->bench.seed, "seed of the random token ids")->capture_default_str();
   bench->add_flag("--mmap", f->mmap, "map the weight files instead of reading them into memory");
+  bench->add_flag("--profile", f->bench.profile,
+                  "time every kernel op: each test's milliseconds a step by op (matmul, attention, ...), "
+                  "under the md table or as profile_ms_per_step");
   return {bench, [f] {
             BenchOptions& b = f->bench;
             b.prompt_tokens = parse_int_list(f->prompt, "-p/--n-prompt", 0, 1 << 20);

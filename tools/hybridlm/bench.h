@@ -28,6 +28,7 @@ struct BenchOptions {
   int reps = 3;
   BenchOutput output = BenchOutput::Markdown;
   bool probe = true;  // measure the machine's peaks (and report the rates as fractions of them)
+  bool profile = false;  // time every kernel op and report each test's ms per step by op
   uint64_t seed = 1;
 };
 
