@@ -536,14 +536,14 @@ class Report {
     if (!pp) {  // once per distinct line (a sweep over -n or -d repeats them)
       const std::string line = "parallel regions per decode step (" + std::to_string(r.threads) + " threads, batch " +
                                std::to_string(r.batch) + "): " + fixed(r.regions_per_step, 1);
-      if (std::find(after_table_.begin(), after_table_.end(), line) == after_table_.end()) after_table_.push_back(line);
-      if (r.bytes_per_step < 0.99 * in.weight_bytes) {  // a mixture of experts, an untied embedding
-        const std::string reads = "weights read per decode step (batch " + std::to_string(r.batch) +
-                                  "): " + format_bytes(r.bytes_per_step) + " of " + format_bytes(in.weight_bytes) +
-                                  " (the experts its tokens are routed to, if routed uniformly; one embedding row "
-                                  "a token)";
-        if (std::find(after_table_.begin(), after_table_.end(), reads) == after_table_.end()) after_table_.push_back(reads);
-      }
+      auto once = [&](const std::string& s) {
+        if (std::find(after_table_.begin(), after_table_.end(), s) == after_table_.end()) after_table_.push_back(s);
+      };
+      once(line);
+      if (r.bytes_per_step < 0.99 * in.weight_bytes)  // a mixture of experts, an untied embedding
+        once("weights read per decode step (batch " + std::to_string(r.batch) + "): " + format_bytes(r.bytes_per_step) +
+             " of " + format_bytes(in.weight_bytes) +
+             " (the experts its tokens are routed to, if routed uniformly; one embedding row a token)");
     }
   }
 
