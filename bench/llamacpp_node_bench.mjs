@@ -4,20 +4,21 @@
 // evaluation) and tg N @ dD (N greedy decode steps after a context of D random tokens, the
 // context's prefill untimed; its rate is printed too). Weights read into memory (no mmap), CPU
 // only, the KV cache in bf16 as ours by default (--kv f16: llama.cpp's default), flash attention
-// "auto" (llama.cpp decides).
+// "auto" (llama.cpp decides; --fa on|off), batches of 512 tokens (-b).
 //
 // node-llama-cpp is not a dependency of this project: install it where you like and point
 // NODE_PATH-style resolution at it with --lib (the folder that holds node_modules):
 //   mkdir -p /tmp/nlc && (cd /tmp/nlc && npm i -E node-llama-cpp@3.21.1)
 //   node bench/llamacpp_node_bench.mjs --lib /tmp/nlc -m M.gguf [-t 2] [-p 512,8192] [-n 32]
-//        [-d 0,16384] [-r 1] [--kv bf16|f16]
+//        [-d 0,16384] [-r 1] [--kv bf16|f16] [--fa auto|on|off] [-b 512]
 // Prints one JSON line per test: {"test", "n_prompt", "n_gen", "n_depth", "tokens_per_second",
 // "depth_prefill_tokens_per_second"}, and the llama.cpp commit of the library first.
 import {createRequire} from "node:module";
 import path from "node:path";
 
 const args = process.argv.slice(2);
-const opt = {lib: null, model: null, threads: 2, prompts: "512", gens: "32", depths: "0", reps: 1, kv: "BF16"};
+const opt = {lib: null, model: null, threads: 2, prompts: "512", gens: "32", depths: "0", reps: 1, kv: "BF16", fa: "auto",
+             batch: 512};
 for (let i = 0; i < args.length; ++i) {
   const a = args[i], v = args[i + 1];
   if (a === "--lib") opt.lib = v;
@@ -28,6 +29,8 @@ for (let i = 0; i < args.length; ++i) {
   else if (a === "-d") opt.depths = v;
   else if (a === "-r") opt.reps = Number(v);
   else if (a === "--kv") opt.kv = v.toUpperCase();
+  else if (a === "--fa") opt.fa = v === "auto" ? "auto" : v === "on";
+  else if (a === "-b") opt.batch = Number(v);
   else {
     console.error(`llamacpp_node_bench: unknown argument ${a}`);
     process.exit(1);
@@ -36,7 +39,7 @@ for (let i = 0; i < args.length; ++i) {
 }
 if (!opt.lib || !opt.model) {
   console.error("usage: node bench/llamacpp_node_bench.mjs --lib DIR -m M.gguf [-t 2] [-p 512] [-n 32] [-d 0] [-r 1] " +
-                "[--kv bf16|f16]");
+                "[--kv bf16|f16] [--fa auto|on|off] [-b 512]");
   process.exit(1);
 }
 const list = (s) => s.split(",").map(Number).filter((x) => x > 0);
@@ -59,7 +62,8 @@ const randomTokens = (n) => Array.from({length: n}, () => 10 + (rand() % 20000))
 const maxDepth = Math.max(0, ...list(opt.depths));
 const contextSize = Math.max(maxDepth, ...list(opt.prompts)) + Math.max(...list(opt.gens), 1) + 64;
 const context = await model.createContext({contextSize, threads: {ideal: opt.threads, min: opt.threads},
-                                           batchSize: 512, sequences: 1, experimentalKvCacheKeyType: opt.kv,
+                                           batchSize: opt.batch, sequences: 1, flashAttention: opt.fa,
+                                           experimentalKvCacheKeyType: opt.kv,
                                            experimentalKvCacheValueType: opt.kv});
 const seq = context.getSequence();
 const now = () => Number(process.hrtime.bigint()) / 1e9;
