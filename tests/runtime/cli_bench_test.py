@@ -21,9 +21,9 @@ m2 = make_model("m2", "mamba2-tiny", 5)
 FAST = ["-r", "1", "--no-probe"]
 
 
-def bench_rows(*args):
-    """Runs bench with -o jsonl; returns (rc, rows, stdout + stderr)."""
-    rc, out, err = run("bench", "-m", m2, *args, "-o", "jsonl")
+def bench_rows(*args, model=None):
+    """Runs bench on `model` (mamba2-tiny by default) with -o jsonl; returns (rc, rows, stdout + stderr)."""
+    rc, out, err = run("bench", "-m", model or m2, *args, "-o", "jsonl")
     try:
         rows = [json.loads(l) for l in out.splitlines()] if rc == 0 else []
     except ValueError:
@@ -136,17 +136,12 @@ check("threads above the CPUs run, warned once", rc == 0 and [r["threads"] for r
 # forked for each repetition's sequences; the test is named as llama-bench names it.
 jamba = make_model("jamba-tiny", "jamba-tiny", 9)  # attention layers: forks share KV pages
 for model in (m2, jamba):
-    rc, out, err = run("bench", "-m", model, "-p", "4", "-n", "2", "-d", "0,16", "--batch", "1,2", "-t", "1",
-                       "-o", "jsonl", *FAST)
-    try:
-        rows = [json.loads(l) for l in out.splitlines()] if rc == 0 else []
-    except ValueError:
-        rows = []
+    rc, rows, text = bench_rows("-p", "4", "-n", "2", "-d", "0,16", "--batch", "1,2", "-t", "1", *FAST, model=model)
     want = [("pp4", 0, 1), ("tg2", 0, 1), ("tg2", 0, 2), ("pp4 @ d16", 16, 1), ("tg2 @ d16", 16, 1),
             ("tg2 @ d16", 16, 2)]
     check(f"-d 0,16: each depth's tests in order, with n_depth ({os.path.basename(model)})",
           [(r.get("test"), r.get("n_depth"), r.get("batch")) for r in rows] == want and
-          err.count("bench: filling a context of 16 tokens") == 1, out + err)
+          text.count("bench: filling a context of 16 tokens") == 1, text)
 rc, out, err = run("bench", "-m", m2, "-p", "0", "-n", "2", "-d", "0,8", "-t", "1", *FAST)
 check("md: the parallel-regions line once for a sweep that repeats it",
       rc == 0 and out.count("parallel regions per decode step (1 threads, batch 1)") == 1 and "tg2 @ d8" in out,
@@ -175,17 +170,13 @@ def expected_unread(model, batch):
 
 qnext = make_model("qnext", "qwen3-next-tiny", 4)  # experts by name
 for model in (m2, qnext, make_model("q35moe", "qwen3.5-moe-tiny", 4)):  # and stacked
-    rc, out, err = run("bench", "-m", model, "-p", "0", "-n", "2", "--batch", "1,4", "-t", "1", "-o", "jsonl", *FAST)
-    try:
-        rows = [json.loads(l) for l in out.splitlines()] if rc == 0 else []
-    except ValueError:
-        rows = []
+    rc, rows, text = bench_rows("-p", "0", "-n", "2", "--batch", "1,4", "-t", "1", *FAST, model=model)
     got = [r["weight_bytes"] - r["weight_bytes_per_step"] for r in rows]
     want = [expected_unread(model, b) for b in (1, 4)]
     check(f"tg counts the weights a step reads ({os.path.basename(model)}: unread {want})",
           len(got) == 2 and all(abs(g - w) <= 32 * 64 * 4 for g, w in zip(got, want)) and
           (want[0] > 0) == (model != m2),
-          out + err)
+          text)
 rc, out, err = run("bench", "-m", qnext, "-p", "0", "-n", "2", "-t", "1", *FAST)
 check("md: a line says how much of the weights a step reads",
       rc == 0 and re.search(r"weights read per decode step \(batch 1\): \S+ \S+ of ", out) is not None, out + err)
@@ -193,12 +184,7 @@ check("md: a line says how much of the weights a step reads",
 # --profile: each test's ms a step by kernel op, "other" the rest of the step's wall time; the
 # items add up to the step's time that tokens/s gives (one repetition: the same wall time).
 for model, step_op, scan_op in ((qnext, "gated_delta_step", "gated_delta_scan"), (jamba, "mamba1_scan", "mamba1_scan")):
-    rc, out, err = run("bench", "-m", model, "-p", "8", "-n", "4", "--batch", "1,2", "-t", "1", "-o", "jsonl",
-                       "--profile", "-r", "1", "--no-probe")
-    try:
-        rows = [json.loads(l) for l in out.splitlines()] if rc == 0 else []
-    except ValueError:
-        rows = []
+    rc, rows, text = bench_rows("-p", "8", "-n", "4", "--batch", "1,2", "-t", "1", "--profile", *FAST, model=model)
     prof = [dict((k, float(v)) for k, v in (item.split("=") for item in r.get("profile_ms_per_step", "").split(";")))
             if r.get("profile_ms_per_step") else {} for r in rows]
     ok = len(rows) == 3 and all(p and "matmul" in p and "attention" in p and "other" in p for p in prof)
@@ -206,7 +192,7 @@ for model, step_op, scan_op in ((qnext, "gated_delta_step", "gated_delta_scan"),
     for r, p in zip(rows, prof):
         step_ms = 1000.0 * (r["n_prompt"] or r["batch"]) / r["tokens_per_second"]
         ok = ok and abs(sum(p.values()) - step_ms) <= 0.02 * step_ms + 0.001 * len(p)
-    check(f"--profile: ms a step by op, adding up to the step ({os.path.basename(model)})", ok, out + err)
+    check(f"--profile: ms a step by op, adding up to the step ({os.path.basename(model)})", ok, text)
 rc, out, err = run("bench", "-m", jamba, "-p", "0", "-n", "2", "-t", "1", "--profile", *FAST)
 check("--profile md: a line per test under the table",
       rc == 0 and re.search(r"^profile of tg2 \(1 threads, batch 1\), ms a step: matmul [0-9.]+ \(\d+%\),.* other ",
