@@ -50,6 +50,7 @@ WeightReads decode_weight_reads(const HybridConfig& c, WeightDType dtype, int ba
     std::string prefix;
     bool stacked;    // one (E, rows, cols) tensor per projection under the prefix
     double touched;  // the expected share of the experts read
+    double pick;     // the share of the experts each token multiplies by
   };
   std::vector<Experts> experts;
   for (const BlockSpec& b : c.blocks) {
@@ -57,18 +58,26 @@ WeightReads decode_weight_reads(const HybridConfig& c, WeightDType dtype, int ba
     if (f.kind != FfnKind::Moe || f.n_experts <= 0) continue;
     const double pick = std::min(1.0, static_cast<double>(f.top_k) / f.n_experts);
     experts.push_back({f.stacked_experts ? b.names.ffn : b.names.ffn + f.experts, f.stacked_experts,
-                       1.0 - std::pow(1.0 - pick, std::max(batch, 1))});
+                       1.0 - std::pow(1.0 - pick, std::max(batch, 1)), pick});
   }
   WeightReads w;
   for (const TensorEntry& t : Model::tensors(c)) {
     const double bytes = static_cast<double>(t.bytes(dtype));
-    double share = 1.0;
-    if (!c.tie_embeddings && (t.name == c.embedding_name || t.name == c.embedding_alias) && !t.shape.empty())
-      share = std::min(1.0, static_cast<double>(std::max(batch, 1)) / static_cast<double>(t.shape.front()));
+    double share = 1.0, per_token = 1.0;
+    const bool gathered =
+        !c.tie_embeddings && (t.name == c.embedding_name || t.name == c.embedding_alias) && !t.shape.empty();
+    if (gathered) share = std::min(1.0, static_cast<double>(std::max(batch, 1)) / static_cast<double>(t.shape.front()));
     for (const Experts& e : experts)
-      if (t.name.starts_with(e.prefix) && (!e.stacked || t.kind == TensorEntry::Stacked)) share = e.touched;
+      if (t.name.starts_with(e.prefix) && (!e.stacked || t.kind == TensorEntry::Stacked)) {
+        share = e.touched;
+        per_token = e.pick;
+      }
     w.all += bytes;
     w.read += bytes * share;
+    if (t.kind != TensorEntry::Vector && !gathered) {
+      w.matmul_bytes += bytes * share;
+      w.matmul_macs += static_cast<double>(t.numel()) * per_token;
+    }
   }
   return w;
 }

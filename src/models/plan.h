@@ -31,8 +31,12 @@ size_t weight_bytes(const HybridConfig& c, WeightDType dtype);
 // every matrix once, except the experts of a mixture (only those the step's tokens are routed to:
 // E (1 - (1 - k/E)^batch) of E experts when each token picks k uniformly, as random weights route)
 // and an untied embedding (one row per token; a tied one is read whole as the head).
+// Of what is read, the matrices the step multiplies by (`matmul_bytes`: all but an untied
+// embedding and the vectors), and the multiply-adds per token through them (`matmul_macs`: each
+// matrix's rows x cols once, the experts at k / E of theirs, as each token takes k of them).
 struct WeightReads {
   double all = 0, read = 0;
+  double matmul_bytes = 0, matmul_macs = 0;
 };
 WeightReads decode_weight_reads(const HybridConfig& c, WeightDType dtype, int batch);
 

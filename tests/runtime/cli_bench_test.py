@@ -197,6 +197,61 @@ rc, out, err = run("bench", "-m", jamba, "-p", "0", "-n", "2", "-t", "1", "--pro
 check("--profile md: a line per test under the table",
       rc == 0 and re.search(r"^profile of tg2 \(1 threads, batch 1\), ms a step: matmul [0-9.]+ \(\d+%\),.* other ",
                             out, re.M) is not None, out + err)
+# --profile's line by part: the matmuls' bytes and FLOPs per step, from the checkpoint's own
+# header: every 2-D tensor but an untied embedding (gathered a row a token) and (1, H) gates (an
+# elementwise product), the experts' bytes at the share of them the step touches, their
+# multiply-adds at k / E per token. Bytes may exceed the header's by the padding of each matrix
+# to whole panels of 32 rows.
+def expected_matmul(model, batch):
+    with open(os.path.join(model, "model.safetensors"), "rb") as f:
+        header = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
+    header.pop("__metadata__", None)
+    with open(os.path.join(model, "config.json")) as f:
+        top = json.load(f)
+    cfg = top.get("text_config", top)
+    tied = top.get("tie_word_embeddings", cfg.get("tie_word_embeddings", True))
+    nbytes = macs = pad = 0
+    for k, v in header.items():
+        shape = v["shape"]
+        if k.startswith("mtp.") or len(shape) != 2 or shape[0] == 1 or (not tied and k.endswith("embed_tokens.weight")):
+            continue
+        share = per_token = 1.0
+        if ".experts." in k:
+            per_token = cfg["num_experts_per_tok"] / cfg["num_experts"]
+            share = 1 - (1 - per_token) ** batch
+        nbytes += 4 * math.prod(shape) * share
+        macs += math.prod(shape) * per_token
+        pad += 4 * 31 * shape[1]
+    return nbytes, 2 * macs * batch, pad
+
+
+for model in (m2, qnext):
+    rc, rows, text = bench_rows("-p", "0", "-n", "2", "--batch", "1,4", "-t", "1", "--profile", *FAST, model=model)
+    ok = len(rows) == 2
+    for r in rows:
+        want_bytes, want_flops, pad = expected_matmul(model, r["batch"])
+        ok = ok and abs(r["matmul_flops_per_step"] - want_flops) <= 1e-6 * want_flops
+        ok = ok and want_bytes - 1 <= r["matmul_bytes_per_step"] <= want_bytes + pad
+    check(f"--profile: the matmuls' bytes and FLOPs a step ({os.path.basename(model)})", ok, text)
+rc, out, err = run("bench", "-m", jamba, "-p", "0", "-n", "2", "-d", "0,8", "-t", "1", "--profile", *FAST)
+num = r"([0-9.]+)"
+parts = re.findall(r"^by part, tg2 (?:@ d8 )?\(1 threads, batch 1\): matmul " + num + r" ms \(\d+%\): \S+ \S+ of weights at " +
+                   num + r" GB/s, " + num + r" GFLOP at " + num + r" GFLOP/s; state ops " + num +
+                   r" ms \(\d+%\): \S+ \S+ read and written at " + num + r" GB/s; (?:attention " + num +
+                   r" ms \(\d+%\): \S+ \S+ of KV at " + num + r" GB/s; )?the rest " + num + r" ms \(\d+%\)$", out, re.M)
+profiles = [sum(float(x) for x in re.findall(r" ([0-9.]+) \(\d+%\)", line))
+            for line in re.findall(r"^profile of tg2 .*$", out, re.M)]
+# two tests, both with attention (the KV of the tokens decoded, and at depth 8 of the context);
+# the parts add up to the profile's step (items rounded to 1 us); rates positive
+ok = rc == 0 and len(parts) == 2 and len(profiles) == 2 and parts[0][6] != "" and parts[1][6] != ""
+for p, step in zip(parts, profiles) if ok else []:
+    total = sum(float(p[i]) for i in (0, 4, 6, 8) if p[i])
+    ok = ok and abs(total - step) <= 0.01 and all(float(p[i]) > 0 for i in (1, 3, 5))
+check("--profile md: a line by part under each tg profile", ok, out + err)
+rc, out, err = run("bench", "-m", m2, "-p", "0", "-n", "2", "-t", "1", "--profile", *FAST)
+check("--profile md: no attention part without KV",
+      rc == 0 and re.search(r"^by part, tg2 .*; state ops .*; the rest [0-9.]+ ms", out, re.M) is not None and
+      "of KV" not in out, out + err)
 rc, rows, text = bench_rows("-p", "4", "-n", "2", "-t", "1", *FAST)
 check("without --profile no profile key", rc == 0 and rows and not any("profile_ms_per_step" in r for r in rows), text)
 

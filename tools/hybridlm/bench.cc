@@ -23,7 +23,9 @@
 #include <filesystem>
 #include <memory>
 #include <random>
+#include <set>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "base/error.h"
@@ -316,6 +318,9 @@ struct Row {
   double rate = 0;             // pp: GFLOP/s (GOP/s at q8_0); tg: GB/s of weights
   double rate_with_state = 0;  // tg: GB/s of weights + every sequence's state read and written (+ KV at depth)
   double bytes_per_step = 0, bytes_with_state = 0;  // tg: what those rates count per step
+  // tg: of those, what the matmuls read and their multiply-adds (x 2: FLOPs), the recurrent state
+  // read and written, and the KV read (--profile's line by part).
+  double matmul_bytes = 0, matmul_flops = 0, state_step_bytes = 0, kv_step_bytes = 0;
   double regions_per_step = 0;  // tg: thread-pool parallel regions per decode step (wake-up + join each)
   Peaks peaks;
   double peak_rss = 0;  // this process's peak RSS after the test
@@ -390,6 +395,8 @@ std::vector<Field> fields_of(const RunInfo& in, const Row& r, bool probe) {
     std::string p;
     for (const auto& [op, ms] : profile_ms(r)) p += (p.empty() ? "" : ";") + op + "=" + fixed(ms, 3);
     f.push_back({"profile_ms_per_step", p, true});
+    f.push_back({"matmul_bytes_per_step", pp ? "" : fixed(r.matmul_bytes, 0)});
+    f.push_back({"matmul_flops_per_step", pp ? "" : fixed(r.matmul_flops, 0)});
   }
   return f;
 }
@@ -501,6 +508,49 @@ class Report {
     return s + " ‡";
   }
 
+  // A decode step's profile by what bounds each part: the matmuls (the weights they read against
+  // the probe's bandwidth, their FLOPs against its FMA or int8 peak), the ops that read and write
+  // the recurrent state (against the bandwidth), attention (the KV it reads) and the rest.
+  std::string parts_line(const RunInfo& in, const Row& r, const std::vector<std::pair<std::string, double>>& ms,
+                         double total) const {
+    static const std::set<std::string> kStateOps = {"conv1d_causal",     "mamba1_scan",      "mamba1_scan_bf16",
+                                                    "ssd_scan",          "ssd_step",         "ssd_step_bf16",
+                                                    "mamba2_step",       "mamba2_step_bf16", "ssd_scan_discrete",
+                                                    "ssd_step_discrete", "gated_delta_scan", "gated_delta_step"};
+    double mm = 0, st = 0, at = 0, ignored = 0;  // ms of each part
+    for (const auto& [op, v] : ms) {
+      double& part = op == "matmul" || op == "quantize_q8_0_rows" ? mm
+                     : kStateOps.count(op)                        ? st
+                     : op == "attention"                          ? at
+                                                                  : ignored;
+      part += v;
+    }
+    if (r.kv_step_bytes <= 0) at = 0;  // no KV to read: attention is one of the rest
+    auto share = [&](double v) { return " ms (" + fixed(total > 0 ? 100 * v / total : 0, 0) + "%)"; };
+    // bytes (or FLOPs) over milliseconds, in G per second, and against the probe's `peak`
+    auto rate = [&](double n, double ms_, double peak, const char* unit, const char* of) {
+      const double g = ms_ > 0 ? n / (ms_ * 1e6) : 0.0;
+      std::string s = fixed(g, 1) + " " + unit;
+      if (probe_ && peak > 0) s += " (" + fixed(100 * g / peak, 0) + "% of the probe's " + of + ")";
+      return s;
+    };
+    const char* bw = "bandwidth";
+    std::string line =
+        "by part, " + r.test() + " (" + std::to_string(r.threads) + " threads, batch " + std::to_string(r.batch) +
+        "): matmul " + fixed(mm, 3) + share(mm) + ": " + format_bytes(r.matmul_bytes) + " of weights at " +
+        rate(r.matmul_bytes, mm, r.peaks.bandwidth, "GB/s", bw) + ", " + fixed(r.matmul_flops / 1e9, 2) +
+        (in.q8 ? " GOP at " : " GFLOP at ") +
+        rate(r.matmul_flops, mm, r.peaks.compute, in.q8 ? "GOP/s" : "GFLOP/s", in.q8 ? "int8 peak" : "FMA peak");
+    if (st > 0)
+      line += "; state ops " + fixed(st, 3) + share(st) + ": " + format_bytes(r.state_step_bytes) +
+              " read and written at " + rate(r.state_step_bytes, st, r.peaks.bandwidth, "GB/s", bw);
+    if (at > 0)
+      line += "; attention " + fixed(at, 3) + share(at) + ": " + format_bytes(r.kv_step_bytes) + " of KV at " +
+              rate(r.kv_step_bytes, at, r.peaks.bandwidth, "GB/s", bw);
+    const double rest = std::max(0.0, total - mm - st - at);
+    return line + "; the rest " + fixed(rest, 3) + share(rest);
+  }
+
   void markdown_row(const RunInfo& in, const Row& r) {
     const bool pp = r.pp();
     std::string of_peak, with_state = "-";
@@ -532,6 +582,7 @@ class Report {
       if (rest > 0) item("the rest", rest, false);
       item(ms.back().first, ms.back().second, true);
       profiles_.push_back(line);
+      if (!pp) profiles_.push_back(parts_line(in, r, ms, total));
     }
     if (!pp) {  // once per distinct line (a sweep over -n or -d repeats them)
       const std::string line = "parallel regions per decode step (" + std::to_string(r.threads) + " threads, batch " +
@@ -721,6 +772,10 @@ int run_bench(const BenchOptions& o) {
           // At depth, each step also reads every sequence's KV: depth + i + 1 tokens at step i.
           const double kv_read = info.kv_bytes_per_token * (depth + (n + 1) / 2.0) * batch;
           row.bytes_with_state = row.bytes_per_step + 2.0 * info.state_bytes * batch + kv_read;
+          row.matmul_bytes = reads.matmul_bytes;
+          row.matmul_flops = 2.0 * reads.matmul_macs * batch;
+          row.state_step_bytes = 2.0 * info.state_bytes * batch;
+          row.kv_step_bytes = kv_read;
           std::vector<double> tps, rate, rate_state;
           uint64_t regions = 0;
           for (int r = 0; r < o.reps + 1; ++r) {
