@@ -26,6 +26,10 @@ struct SamplingParams {
   uint64_t seed = 0;
 };
 
+// The first id of the largest logit (NaN never counts as the largest; 0 when all are NaN): greedy
+// decoding's pick, in one vectorised pass and a search.
+int32_t argmax_first(std::span<const float> logits);
+
 // Throws Error naming the flag (and the value) for out-of-range values.
 void validate(const SamplingParams& p);
 
@@ -38,10 +42,18 @@ class Sampler {
 
  private:
   void apply_penalties(std::span<float> logits, std::span<const int32_t> history);
+  // Temperature > 0 without top-k: min-p and top-p over the whole vocabulary, without sorting it.
+  int32_t sample_whole(std::span<const float> logits, float mx_logit);
+  int32_t draw(size_t n);
 
   SamplingParams p_;
   std::mt19937_64 rng_;
-  std::vector<std::pair<float, int32_t>> cand_;
+  std::vector<std::pair<float, int32_t>> cand_;  // (probability, id) of the ids a draw picks from
+  std::vector<float> prob_;     // (vocab) sample_whole's probabilities
+  static constexpr int kBuckets = 2048;  // sample_whole's buckets of probabilities (a float's bits >> 20)
+  std::vector<double> mass_;    // (kBuckets) the probability mass in each
+  std::vector<float> heap_;     // the top-k largest logits seen (a min-heap)
+  std::vector<int32_t> idx_;    // the ids that pass min-p there, then top-p's head
   std::vector<int32_t> count_;  // (vocab) occurrences in the penalty window; all 0 between calls
   std::vector<int32_t> seen_;   // the distinct ids with count_ > 0, to apply and reset
 };

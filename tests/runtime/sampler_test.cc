@@ -89,6 +89,78 @@ TEST(Sampler, TopPAndMinPCutTheTail) {
   EXPECT_GT(h[1], 0);
 }
 
+// Top-k finds the k-th largest logit and sorts only the ids at or above it: ties at that value
+// still go to the lower ids, as a sort of the whole vocabulary by (logit, id) would give them.
+TEST(Sampler, TopKBreaksTiesAtTheKthLogitByLowerId) {
+  SamplingParams p;
+  p.temperature = 1;
+  p.top_k = 3;
+  p.top_p = 1;
+  p.min_p = 0;
+  std::vector<float> logits(100, 0.0f);
+  logits[50] = 1.0f;
+  logits[7] = -1.0f;
+  auto h = histogram(p, logits, 6000);
+  std::map<int, int> only;
+  for (auto [id, n] : h) only[id] = id == 50 || id == 0 || id == 1 ? 0 : n;
+  for (auto [id, n] : only) EXPECT_EQ(n, 0) << "id " << id << " drawn outside the top 3";
+  // p(50) = e / (e + 2)
+  EXPECT_NEAR(h[50] / 6000.0, std::exp(1.0) / (std::exp(1.0) + 2), tol::kSampleFrequency);
+}
+
+// Without top-k, top-p keeps the shortest head of the whole vocabulary (most likely first) whose
+// mass reaches p, found by selection rather than a sort of all ids; here the head (231 of 2000
+// ids, shuffled) spans more than one selection block. The expected head is taken from a plain
+// sort of the probabilities in double.
+TEST(Sampler, TopPWithoutTopKKeepsTheHeadOfTheWholeVocabulary) {
+  const int V = 2000;
+  std::vector<int> perm(V);
+  for (int i = 0; i < V; ++i) perm[i] = i;
+  std::shuffle(perm.begin(), perm.end(), std::mt19937(3));
+  std::vector<float> logits(V);
+  for (int r = 0; r < V; ++r) logits[perm[r]] = -0.01f * static_cast<float>(r);  // rank r: p ~ e^(-0.01 r)
+  std::vector<double> prob(V);
+  double sum = 0;
+  for (int i = 0; i < V; ++i) sum += prob[i] = std::exp(static_cast<double>(logits[i]));
+  std::vector<int> order(V);
+  for (int i = 0; i < V; ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](int a, int b) { return prob[a] > prob[b]; });
+  const double top_p = 0.9;
+  int head = 0;
+  double cum = 0, before = 0;
+  while (cum < top_p) before = cum, cum += prob[order[head++]] / sum;
+  ASSERT_GT(head, 64);                                 // more than the first selection block
+  ASSERT_TRUE(before < top_p - 1e-4 && cum > top_p + 1e-4);  // the boundary is not a rounding call
+  SamplingParams p;
+  p.temperature = 1;
+  p.top_k = 0;
+  p.top_p = static_cast<float>(top_p);
+  p.min_p = 0;
+  const int draws = 20000;
+  auto h = histogram(p, logits, draws);
+  std::vector<bool> kept(V, false);
+  double first_half = 0;
+  for (int r = 0; r < head; ++r) {
+    kept[order[r]] = true;
+    if (r < head / 2) first_half += prob[order[r]] / sum / cum;
+  }
+  int outside = 0, in_first_half = 0;
+  for (auto [id, n] : h) {
+    outside += kept[id] ? 0 : n;
+    for (int r = 0; r < head / 2; ++r) in_first_half += order[r] == id ? n : 0;
+  }
+  EXPECT_EQ(outside, 0);
+  EXPECT_NEAR(in_first_half / static_cast<double>(draws), first_half, tol::kSampleFrequency);
+  // With min-p as well: ids below min_p times the top probability go first (e^(-0.01 r) >= 0.5:
+  // ranks 0 .. 69), then top-p over what is left.
+  p.min_p = 0.5f;
+  h = histogram(p, logits, 2000);
+  for (auto [id, n] : h) {
+    const int rank = static_cast<int>(std::find(perm.begin(), perm.end(), id) - perm.begin());
+    EXPECT_LE(rank, 69) << "id " << id << " of rank " << rank << " is below min-p";
+  }
+}
+
 TEST(Sampler, SameSeedSameDrawsAndRepetitionPenalty) {
   SamplingParams p;
   p.temperature = 1.0f;

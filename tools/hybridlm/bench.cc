@@ -35,6 +35,7 @@
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/profile.h"
 #include "models/plan.h"
+#include "runtime/sampler.h"
 
 namespace hybridlm {
 
@@ -795,7 +796,7 @@ int run_bench(const BenchOptions& o) {
               std::span<const float> l = engine.step(toks, runs, logit_rows);
               for (int b = 0; b < batch; ++b) {  // greedy next token, as a real decode loop would
                 const float* logits = l.data() + static_cast<size_t>(b) * V;
-                toks[b] = static_cast<int32_t>(std::max_element(logits, logits + V) - logits);
+                toks[b] = argmax_first(std::span(logits, static_cast<size_t>(V)));
               }
             }
             const double dt = seconds_since(t0);
