@@ -46,6 +46,9 @@ constexpr int kGroup = kPanelGroup;  // lane classes stored side by side per chu
 constexpr int kWidenMinTiles = 4;    // token tiles on a bf16 panel from which it is widened once
 static_assert(kNR == kPanelRows && kLanes == kPanelLanes, "a register tile reads one lane panel");
 constexpr int kBlockTokens = 516; // tokens packed at a time (43 tiles): <= 516 x K floats of scratch
+constexpr int kBlockChunks = 32;     // chunks of 16 columns a block of a wide panel (512 columns: 64 KB of f32)
+constexpr int kBlockMinChunks = 192; // panels of 3072+ columns go by blocks, ...
+constexpr int kBlockedTiles = 4;     // ... when 2 to 4 token tiles share the panel
 
 // Scratch (floats) of one call: packed activations of a block of tokens (the calling thread's),
 // and on every thread a weight panel (packed from row-major rows, or widened from bf16) and the
@@ -62,12 +65,14 @@ inline __mmask16 chunk_mask(int K, int c) {
 }
 
 // Activations of tokens t0 .. t0 + nt (tiles [i_begin, i_end)) into `a`: per tile and chunk of
-// 16 columns, 12 token rows (zero past nt and K) transposed to 16 lane-class runs of 12.
-HYBRIDLM_AVX512 void pack_tokens(const float* x, int K, int KS, int t0, int nt, int i_begin, int i_end, float* a) {
+// 16 columns, the tile's mr <= 12 token rows (zero past them and K) transposed to 16 lane-class
+// runs of 12.
+HYBRIDLM_AVX512 void pack_tokens(const float* x, int K, int KS, int t0, int nt, int mr, int i_begin, int i_end,
+                                 float* a) {
   for (int i = i_begin; i < i_end; ++i) {
     float* ai = a + static_cast<size_t>(i) * kLanes * KS * kMR;
-    const int n_tok = std::min(kMR, nt - i * kMR);
-    const float* xi = x + static_cast<size_t>(t0 + i * kMR) * K;
+    const int n_tok = std::min(mr, nt - i * mr);
+    const float* xi = x + static_cast<size_t>(t0 + i * mr) * K;
     for (int c = 0; c < KS; ++c) {
       const __mmask16 m = chunk_mask(K, c);
       __m512 r[16];
@@ -123,16 +128,24 @@ HYBRIDLM_AVX512 void widen_panel(const uint16_t* b, size_t n, float* out) {
 }
 
 // One lane class of one register tile of MR <= kMR tokens: out[t][0 .. 32) = sum over j of
-// a[j][t] * b[j][0 .. 32), one FMA per term in j order. Named accumulators (an array of __m512 is
-// kept in memory by GCC); those of tokens past MR are never used and compile away. kPrefetch:
-// also prefetch into L2 what this lane class reads of the panel `next` elements on.
+// a[j][t] * b[j][0 .. 32), one FMA per term in j order, over KS chunks; with `accumulate` the sums
+// continue from what out holds (a block of chunks after the ones before it: the same FMAs in the
+// same order as one pass). Named accumulators (an array of __m512 is kept in memory by GCC); those
+// of tokens past MR are never used and compile away. kPrefetch: also prefetch into L2 what this
+// lane class reads of the panel `next` elements on.
 template <int MR, bool kBf16, bool kPrefetch = false>
-HYBRIDLM_AVX512 void tile_lanes(const float* a, const void* bv, int KS, float* out, size_t next = 0) {
+HYBRIDLM_AVX512 void tile_lanes(const float* a, const void* bv, int KS, float* out, bool accumulate, size_t next = 0) {
   using B = std::conditional_t<kBf16, uint16_t, float>;
   const B* b = static_cast<const B*>(bv);
   const __m512 z = _mm512_setzero_ps();
-  __m512 c00 = z, c01 = z, c10 = z, c11 = z, c20 = z, c21 = z, c30 = z, c31 = z, c40 = z, c41 = z, c50 = z, c51 = z;
-  __m512 c60 = z, c61 = z, c70 = z, c71 = z, c80 = z, c81 = z, c90 = z, c91 = z, ca0 = z, ca1 = z, cb0 = z, cb1 = z;
+#define HYBRIDLM_INIT(t, h) (accumulate && (t) < MR ? _mm512_loadu_ps(out + (t) * kNR + 16 * (h)) : z)
+  __m512 c00 = HYBRIDLM_INIT(0, 0), c01 = HYBRIDLM_INIT(0, 1), c10 = HYBRIDLM_INIT(1, 0), c11 = HYBRIDLM_INIT(1, 1);
+  __m512 c20 = HYBRIDLM_INIT(2, 0), c21 = HYBRIDLM_INIT(2, 1), c30 = HYBRIDLM_INIT(3, 0), c31 = HYBRIDLM_INIT(3, 1);
+  __m512 c40 = HYBRIDLM_INIT(4, 0), c41 = HYBRIDLM_INIT(4, 1), c50 = HYBRIDLM_INIT(5, 0), c51 = HYBRIDLM_INIT(5, 1);
+  __m512 c60 = HYBRIDLM_INIT(6, 0), c61 = HYBRIDLM_INIT(6, 1), c70 = HYBRIDLM_INIT(7, 0), c71 = HYBRIDLM_INIT(7, 1);
+  __m512 c80 = HYBRIDLM_INIT(8, 0), c81 = HYBRIDLM_INIT(8, 1), c90 = HYBRIDLM_INIT(9, 0), c91 = HYBRIDLM_INIT(9, 1);
+  __m512 ca0 = HYBRIDLM_INIT(10, 0), ca1 = HYBRIDLM_INIT(10, 1), cb0 = HYBRIDLM_INIT(11, 0), cb1 = HYBRIDLM_INIT(11, 1);
+#undef HYBRIDLM_INIT
   for (int j = 0; j < KS; ++j, a += kMR, b += kGroup * kNR) {
     if constexpr (kPrefetch) {
       const char* ahead = reinterpret_cast<const char*>(b + next);
@@ -171,15 +184,17 @@ HYBRIDLM_AVX512 void tile_lanes(const float* a, const void* bv, int KS, float* o
 // `next` > 0 the tile also prefetches the panel `next` elements on into L2: the first tile on a
 // panel streams it from memory, and a third of its samples sat on the weight loads; the second
 // tile, which finds its panel in L2, fetches the next one meanwhile.
+// Chunks [j0, j0 + jn) of KS (the whole panel: 0, KS), continuing the lane sums when accumulate.
 template <int MR, bool kBf16>
-HYBRIDLM_AVX512 void tile_panel(const float* a, const void* b, int KS, float* lane, size_t next) {
+HYBRIDLM_AVX512 void tile_panel(const float* a, const void* b, int KS, int j0, int jn, bool accumulate, float* lane,
+                                size_t next) {
   using B = std::conditional_t<kBf16, uint16_t, float>;
   for (int l = 0; l < kLanes; ++l) {
-    const float* al = a + static_cast<size_t>(l) * KS * kMR;
-    const B* bl = static_cast<const B*>(b) + panel_lane_offset(l, 0, KS);
+    const float* al = a + (static_cast<size_t>(l) * KS + j0) * kMR;
+    const B* bl = static_cast<const B*>(b) + panel_lane_offset(l, j0, KS);
     float* out = lane + static_cast<size_t>(l) * kMR * kNR;
-    if (next) tile_lanes<MR, kBf16, true>(al, bl, KS, out, next);
-    else tile_lanes<MR, kBf16>(al, bl, KS, out);
+    if (next) tile_lanes<MR, kBf16, true>(al, bl, jn, out, accumulate, next);
+    else tile_lanes<MR, kBf16>(al, bl, jn, out, accumulate);
   }
 }
 
@@ -187,22 +202,33 @@ HYBRIDLM_AVX512 void tile_panel(const float* a, const void* b, int KS, float* la
 // group per pass (4 for up to 3 tokens, 2 for up to 6), so a pass reads LG / 4 of the group's run
 // of the panel front to back (one lane class per pass read 128 of every 512 bytes: decode of 2
 // sequences 17% slower than the dot tiles) and 2 LG MR accumulator chains hide the FMA latency.
-// Per output the same FMAs in the same order as tile_lanes<MR>. Token t's value for (lane class
+// Per output the same FMAs in the same order as tile_lanes<MR>; chunks [j0, j0 + jn) with the sums
+// continued when accumulate, and `next` as in tile_lanes. Token t's value for (lane class
 // l, chunk j) is at a[l * ls + j * js + t]: packed (ls = KS * kMR, js = kMR) or, for one token,
 // x itself (ls = 1, js = 16).
 template <int MR, int LG, bool kBf16>
-HYBRIDLM_AVX512 void tile_group(const float* a, size_t ls, size_t js, const void* bv, int KS, float* lane) {
+HYBRIDLM_AVX512 void tile_group(const float* a, size_t ls, size_t js, const void* bv, int KS, float* lane, int j0 = 0,
+                                int jn = -1, bool accumulate = false, size_t next = 0) {
   using B = std::conditional_t<kBf16, uint16_t, float>;
   static_assert(kGroup % LG == 0 && 2 * LG * MR <= 24, "accumulators in registers");
+  if (jn < 0) jn = KS;
   for (int l = 0; l < kLanes; l += LG) {
-    const B* b = static_cast<const B*>(bv) + panel_lane_offset(l, 0, KS);
-    const float* x = a + l * ls;
+    const B* b = static_cast<const B*>(bv) + panel_lane_offset(l, j0, KS);
+    const float* x = a + l * ls + j0 * js;
     __m512 acc[LG][MR][2];
 #pragma GCC unroll 4
     for (int g = 0; g < LG; ++g)
 #pragma GCC unroll 6
-      for (int t = 0; t < MR; ++t) acc[g][t][0] = acc[g][t][1] = _mm512_setzero_ps();
-    for (int j = 0; j < KS; ++j, b += kGroup * kNR, x += js) {
+      for (int t = 0; t < MR; ++t) {
+        const float* o = lane + (static_cast<size_t>(l + g) * kMR + t) * kNR;
+        acc[g][t][0] = accumulate ? _mm512_loadu_ps(o) : _mm512_setzero_ps();
+        acc[g][t][1] = accumulate ? _mm512_loadu_ps(o + 16) : _mm512_setzero_ps();
+      }
+    for (int j = 0; j < jn; ++j, b += kGroup * kNR, x += js) {
+      if (next) {
+        const char* ahead = reinterpret_cast<const char*>(b + next);
+        for (size_t q = 0; q < LG * kNR * sizeof(B); q += 64) _mm_prefetch(ahead + q, _MM_HINT_T1);
+      }
 #pragma GCC unroll 4
       for (int g = 0; g < LG; ++g) {
         const __m512 b0 = load_b<kBf16>(b + g * kNR), b1 = load_b<kBf16>(b + g * kNR + 16);
@@ -225,22 +251,24 @@ HYBRIDLM_AVX512 void tile_group(const float* a, size_t ls, size_t js, const void
   }
 }
 
+// A tile of n_tok tokens over chunks [j0, j0 + jn) of KS (see tile_panel).
 template <bool kBf16>
-HYBRIDLM_AVX512 void tile_panel_n(int n_tok, const float* a, const void* b, int KS, float* lane, size_t next) {
+HYBRIDLM_AVX512 void tile_panel_n(int n_tok, const float* a, const void* b, int KS, int j0, int jn, bool accumulate,
+                                  float* lane, size_t next) {
   const size_t ls = static_cast<size_t>(KS) * kMR;
   switch (n_tok) {
-    case 1: return tile_group<1, 4, kBf16>(a, ls, kMR, b, KS, lane);
-    case 2: return tile_group<2, 4, kBf16>(a, ls, kMR, b, KS, lane);
-    case 3: return tile_group<3, 4, kBf16>(a, ls, kMR, b, KS, lane);
-    case 4: return tile_group<4, 2, kBf16>(a, ls, kMR, b, KS, lane);
-    case 5: return tile_group<5, 2, kBf16>(a, ls, kMR, b, KS, lane);
-    case 6: return tile_group<6, 2, kBf16>(a, ls, kMR, b, KS, lane);
-    case 7: return tile_panel<7, kBf16>(a, b, KS, lane, next);
-    case 8: return tile_panel<8, kBf16>(a, b, KS, lane, next);
-    case 9: return tile_panel<9, kBf16>(a, b, KS, lane, next);
-    case 10: return tile_panel<10, kBf16>(a, b, KS, lane, next);
-    case 11: return tile_panel<11, kBf16>(a, b, KS, lane, next);
-    default: return tile_panel<12, kBf16>(a, b, KS, lane, next);
+    case 1: return tile_group<1, 4, kBf16>(a, ls, kMR, b, KS, lane, j0, jn, accumulate, next);
+    case 2: return tile_group<2, 4, kBf16>(a, ls, kMR, b, KS, lane, j0, jn, accumulate, next);
+    case 3: return tile_group<3, 4, kBf16>(a, ls, kMR, b, KS, lane, j0, jn, accumulate, next);
+    case 4: return tile_group<4, 2, kBf16>(a, ls, kMR, b, KS, lane, j0, jn, accumulate, next);
+    case 5: return tile_group<5, 2, kBf16>(a, ls, kMR, b, KS, lane, j0, jn, accumulate, next);
+    case 6: return tile_group<6, 2, kBf16>(a, ls, kMR, b, KS, lane, j0, jn, accumulate, next);
+    case 7: return tile_panel<7, kBf16>(a, b, KS, j0, jn, accumulate, lane, next);
+    case 8: return tile_panel<8, kBf16>(a, b, KS, j0, jn, accumulate, lane, next);
+    case 9: return tile_panel<9, kBf16>(a, b, KS, j0, jn, accumulate, lane, next);
+    case 10: return tile_panel<10, kBf16>(a, b, KS, j0, jn, accumulate, lane, next);
+    case 11: return tile_panel<11, kBf16>(a, b, KS, j0, jn, accumulate, lane, next);
+    default: return tile_panel<12, kBf16>(a, b, KS, j0, jn, accumulate, lane, next);
   }
 }
 
@@ -279,10 +307,13 @@ void gemm_lanes_avx512(const KernelContext& ctx, const WeightView& W, const floa
   const size_t n_panels = (static_cast<size_t>(N) + kNR - 1) / kNR;
   for (int t0 = 0; t0 < T; t0 += kBlockTokens) {
     const int nt = std::min(kBlockTokens, T - t0), n_tiles = (nt + kMR - 1) / kMR;
+    // Tiles of even size (16 tokens as 8 + 8, not 12 + 4): a second tile of 7 or more tokens
+    // prefetches the next panel, a tile of up to 6 would run tile_group (1.13-1.41x at 16 tokens).
+    const int mr = (nt + n_tiles - 1) / n_tiles;
     const bool direct = T == 1 && K % kLanes == 0;  // one token: its values read from x in place
     if (!direct)
       parallel(ctx, static_cast<size_t>(n_tiles), 1, [&](size_t ib, size_t ie) {
-        pack_tokens(x, K, KS, t0, nt, static_cast<int>(ib), static_cast<int>(ie), a);
+        pack_tokens(x, K, KS, t0, nt, mr, static_cast<int>(ib), static_cast<int>(ie), a);
       });
     // Work items: (panel, run of token tiles). Few panels (x_proj: 3) are split over tokens too
     // so every thread has work.
@@ -300,7 +331,7 @@ void gemm_lanes_avx512(const KernelContext& ctx, const WeightView& W, const floa
     std::atomic<size_t> next_item{0};
     parallel(ctx, std::min(n_threads, n_items), 1, [&](size_t, size_t) {
       ScratchFrame thread_frame(ctx);
-      float* lane = thread_frame.take(kLaneSums);
+      float* lane = thread_frame.take(kBlockedTiles * kLaneSums);
       float* pb = nullptr;  // this thread's panel, taken at its first use
       int packed = -1;  // the panel in pb, packed or widened (a block's items are consecutive)
       for (size_t w = 0, we = 0;; ++w) {
@@ -316,12 +347,12 @@ void gemm_lanes_avx512(const KernelContext& ctx, const WeightView& W, const floa
         if (i_begin >= i_end) continue;
         // The panel's weights: in place (lane panels), or f32 in pb, packed from row-major
         // rows or, for many tiles on one bf16 panel (prefill), widened once instead of in every
-        // tile. Tiles reading in place prefetch the block's next panel from the second tile on
-        // (a second tile of up to 6 tokens, tile_group, does not: 13 to 18 tokens in all; with
-        // runs split over tokens only the last run of a panel can).
+        // tile. Tiles reading in place prefetch the block's next panel from the second tile on,
+        // or the only one (with runs split over tokens only the last run of a panel can).
         const void* b = nullptr;
-        bool b16 = false, prefetch = false;
+        bool b16 = false, in_place = false, prefetch = false;
         if (W.panels && !(bf16 && i_end - i_begin >= kWidenMinTiles)) {
+          in_place = true;
           b = bf16 ? static_cast<const void*>(static_cast<const uint16_t*>(W.data) + p * panel)
                    : static_cast<const void*>(static_cast<const float*>(W.data) + p * panel);
           b16 = bf16;
@@ -335,14 +366,36 @@ void gemm_lanes_avx512(const KernelContext& ctx, const WeightView& W, const floa
           packed = r0;
           b = pb;
         }
-        for (int i = i_begin; i < i_end; ++i) {
-          const int n_tok = std::min(kMR, nt - i * kMR);
-          const float* ai = a + static_cast<size_t>(i) * tile_a;
-          if (direct && b16) tile_group<1, 4, true>(x, 1, kLanes, b, KS, lane);
-          else if (direct) tile_group<1, 4, false>(x, 1, kLanes, b, KS, lane);
-          else if (b16) tile_panel_n<true>(n_tok, ai, b, KS, lane, prefetch && i == i_begin + 1 ? panel : 0);
-          else tile_panel_n<false>(n_tok, ai, b, KS, lane, prefetch && i == i_begin + 1 ? panel : 0);
-          finish_tile(lane, bias, r0, std::min(kNR, N - r0), t0 + i * kMR, n_tok, N, y);
+        // A few token tiles on a wide panel (batched decode; 3072+ columns: 384 KB and more of
+        // f32 a panel, which with the tiles' activations and the next panel's prefetch outgrows
+        // L2) go through the panel in blocks of kBlockChunks chunks, each tile's sums carried from
+        // block to block: each block's weights come from memory once and from L2 for the other
+        // tiles, and the second tile prefetches the next block (or, at the last, the next panel):
+        // 1.06-1.10x at 24-48 tokens on 4096 columns; within 5% either way on 1536-2048, so not
+        // there. A lone
+        // tile on its panel (2 to 12 sequences decoding together) prefetches the next panel itself:
+        // 1.16-1.42x; one token (decode of one sequence) leaves it to the hardware, as fast.
+        const int n_run = i_end - i_begin;
+        const bool blocked = KS >= kBlockMinChunks && n_run >= 2 && n_run <= kBlockedTiles;
+        for (int j0 = 0; j0 < KS; j0 += blocked ? kBlockChunks : KS) {
+          const int jn = blocked ? std::min(kBlockChunks, KS - j0) : KS;
+          const bool last = j0 + jn == KS;
+          // What the second tile prefetches, in elements past what it reads: the next block of this
+          // panel, or from the last block the next panel's start.
+          size_t ahead = 0;
+          if (in_place && !last) ahead = static_cast<size_t>(jn) * kGroup * kNR;
+          else if (prefetch && last) ahead = panel - static_cast<size_t>(j0) * kGroup * kNR;
+          for (int i = i_begin; i < i_end; ++i) {
+            const int n_tok = std::min(mr, nt - i * mr);
+            const float* ai = a + static_cast<size_t>(i) * tile_a;
+            float* li = lane + (blocked ? static_cast<size_t>(i - i_begin) * kLaneSums : 0);
+            const size_t next = i == i_begin + 1 || n_run == 1 ? ahead : 0;
+            if (direct && b16) tile_group<1, 4, true>(x, 1, kLanes, b, KS, li);
+            else if (direct) tile_group<1, 4, false>(x, 1, kLanes, b, KS, li);
+            else if (b16) tile_panel_n<true>(n_tok, ai, b, KS, j0, jn, j0 > 0, li, next);
+            else tile_panel_n<false>(n_tok, ai, b, KS, j0, jn, j0 > 0, li, next);
+            if (last) finish_tile(li, bias, r0, std::min(kNR, N - r0), t0 + i * mr, n_tok, N, y);
+          }
         }
       }
     });
@@ -369,7 +422,7 @@ bool transpose_avx512(const KernelContext& ctx, const float* in, size_t rows, si
 
 ScratchNeed gemm_lanes_scratch(const KernelLimits& lim) {
   const int K = lim.matmul_cols;
-  const size_t each = FloatArena::rounded(kLaneSums) + FloatArena::rounded(panel_floats(K));
+  const size_t each = FloatArena::rounded(kBlockedTiles * kLaneSums) + FloatArena::rounded(panel_floats(K));
   return {FloatArena::rounded(packed_tokens_floats(lim.tokens, K)) + each, each};
 }
 
