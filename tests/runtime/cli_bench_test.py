@@ -151,13 +151,18 @@ check("md: the parallel-regions line once for a sweep that repeats it",
 # to (E (1 - (1 - k/E)^batch) of E, routing taken as uniform), and of an untied embedding one row a
 # token. Checked against the checkpoint's own tensor sizes, to within the embedding's padding to
 # whole panels of 32 rows (the experts' rows fill theirs).
-def expected_unread(model, batch):
+def checkpoint_meta(model):
+    """(safetensors header without its metadata, config.json, its text config) of a model directory."""
     with open(os.path.join(model, "model.safetensors"), "rb") as f:
         header = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
     header.pop("__metadata__", None)
     with open(os.path.join(model, "config.json")) as f:
         top = json.load(f)
-    cfg = top.get("text_config", top)
+    return header, top, top.get("text_config", top)
+
+
+def expected_unread(model, batch):
+    header, top, cfg = checkpoint_meta(model)
     size = {k: 4 * math.prod(v["shape"]) for k, v in header.items() if not k.startswith("mtp.")}
     unread = 0.0
     if cfg.get("num_experts"):
@@ -203,12 +208,7 @@ check("--profile md: a line per test under the table",
 # multiply-adds at k / E per token. Bytes may exceed the header's by the padding of each matrix
 # to whole panels of 32 rows.
 def expected_matmul(model, batch):
-    with open(os.path.join(model, "model.safetensors"), "rb") as f:
-        header = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
-    header.pop("__metadata__", None)
-    with open(os.path.join(model, "config.json")) as f:
-        top = json.load(f)
-    cfg = top.get("text_config", top)
+    header, top, cfg = checkpoint_meta(model)
     tied = top.get("tie_word_embeddings", cfg.get("tie_word_embeddings", True))
     nbytes = macs = pad = 0
     for k, v in header.items():
