@@ -30,6 +30,7 @@
 
 #include <unistd.h>
 
+#include "base/huge_alloc.h"
 #include "base/thread_pool.h"
 #include "kernels/kernels.h"
 
@@ -162,7 +163,7 @@ int main(int argc, char** argv) {
   impls.push_back({"hybridlm GEMM, lane panels", [&](const Shape&, const float* x, const float*, const WeightView& W,
                                                        float* y) { hybridlm::cpu::matmul(ctx, W, nullptr, x, T, y); }});
   // Copies of each shape's lane panels for -c 1, and the copy the next call reads.
-  std::vector<std::vector<std::vector<float>>> copies;
+  std::vector<std::vector<hybridlm::HugeVector<float>>> copies;
   size_t turn = 0;
   if (cold)
     impls.push_back({"hybridlm GEMM, lane panels, from memory",
@@ -216,7 +217,10 @@ int main(int argc, char** argv) {
     wps[i].assign(hybridlm::panel_count(s.N, s.K), 0.0f);
     for (int r = 0; r < s.N; ++r)
       for (int k = 0; k < s.K; ++k) wps[i][hybridlm::panel_index(r, k, s.K)] = ws[i][static_cast<size_t>(r) * s.K + k];
-    if (cold) copies.emplace_back(std::max<size_t>(2, (256u << 20) / (wps[i].size() * sizeof(float))), wps[i]);
+    if (cold) {  // in 2 MiB pages, as the engine holds weights (base/huge_alloc.h)
+      copies.emplace_back(std::max<size_t>(2, (256u << 20) / (wps[i].size() * sizeof(float))));
+      for (auto& c : copies.back()) c.assign(wps[i].begin(), wps[i].end());
+    }
   }
   // One implementation at a time over every shape (another library's idle threads would spin
   // beside ours), then the table by shape.
