@@ -31,7 +31,9 @@ int32_t sort_all(const SamplingParams& p, std::vector<float>& logits, std::mt199
   std::vector<std::pair<float, int32_t>> c;
   c.reserve(logits.size());
   for (size_t i = 0; i < logits.size(); ++i) c.emplace_back((logits[i] - mx) / p.temperature, static_cast<int32_t>(i));
-  auto cmp = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
+  auto cmp = [](const auto& a, const auto& b) {
+    return a.first > b.first || (a.first == b.first && a.second < b.second);
+  };
   size_t n = c.size();
   if (p.top_k > 0 && static_cast<size_t>(p.top_k) < n) {
     std::partial_sort(c.begin(), c.begin() + p.top_k, c.end(), cmp);
