@@ -28,6 +28,16 @@ std::map<int, int> histogram(SamplingParams p, const std::vector<float>& logits,
   return h;
 }
 
+// Sampling parameters with the four filters set; the rest at their defaults.
+SamplingParams filters(float temperature, int top_k, float top_p, float min_p) {
+  SamplingParams p;
+  p.temperature = temperature;
+  p.top_k = top_k;
+  p.top_p = top_p;
+  p.min_p = min_p;
+  return p;
+}
+
 TEST(Sampler, GreedyTakesTheFirstMaximum) {
   SamplingParams p;
   p.temperature = 0;
@@ -37,11 +47,7 @@ TEST(Sampler, GreedyTakesTheFirstMaximum) {
 }
 
 TEST(Sampler, TopKKeepsOnlyKTokensWithSoftmaxWeights) {
-  SamplingParams p;
-  p.temperature = 1;
-  p.top_k = 2;
-  p.top_p = 1;
-  p.min_p = 0;
+  const SamplingParams p = filters(1, 2, 1, 0);
   // p(0) : p(1) = e^2 : e^1 among the top 2; token 2 never drawn.
   auto h = histogram(p, {2.0f, 1.0f, 0.5f, -3.0f}, 20000);
   EXPECT_EQ(h.count(2) + h.count(3), 0u);
@@ -50,11 +56,7 @@ TEST(Sampler, TopKKeepsOnlyKTokensWithSoftmaxWeights) {
 }
 
 TEST(Sampler, TemperatureDividesTheLogits) {
-  SamplingParams p;
-  p.temperature = 0.5f;
-  p.top_k = 0;
-  p.top_p = 1;
-  p.min_p = 0;
+  const SamplingParams p = filters(0.5f, 0, 1, 0);
   // At T = 0.5, p(0) : p(1) = e^(2/0.5) : e^(1/0.5) = e^4 : e^2.
   auto h = histogram(p, {2.0f, 1.0f}, 20000);
   EXPECT_NEAR(h[0] / 20000.0, std::exp(4.0) / (std::exp(4.0) + std::exp(2.0)), tol::kSampleFrequency);
@@ -92,11 +94,7 @@ TEST(Sampler, TopPAndMinPCutTheTail) {
 // Top-k finds the k-th largest logit and sorts only the ids at or above it: ties at that value
 // still go to the lower ids, as a sort of the whole vocabulary by (logit, id) would give them.
 TEST(Sampler, TopKBreaksTiesAtTheKthLogitByLowerId) {
-  SamplingParams p;
-  p.temperature = 1;
-  p.top_k = 3;
-  p.top_p = 1;
-  p.min_p = 0;
+  const SamplingParams p = filters(1, 3, 1, 0);
   std::vector<float> logits(100, 0.0f);
   logits[50] = 1.0f;
   logits[7] = -1.0f;
@@ -131,11 +129,7 @@ TEST(Sampler, TopPWithoutTopKKeepsTheHeadOfTheWholeVocabulary) {
   while (cum < top_p) before = cum, cum += prob[order[head++]] / sum;
   ASSERT_GT(head, 64);                                 // more than the first selection block
   ASSERT_TRUE(before < top_p - 1e-4 && cum > top_p + 1e-4);  // the boundary is not a rounding call
-  SamplingParams p;
-  p.temperature = 1;
-  p.top_k = 0;
-  p.top_p = static_cast<float>(top_p);
-  p.min_p = 0;
+  SamplingParams p = filters(1, 0, static_cast<float>(top_p), 0);
   const int draws = 20000;
   auto h = histogram(p, logits, draws);
   std::vector<bool> kept(V, false);
