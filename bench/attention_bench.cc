@@ -7,7 +7,7 @@
 // (16 on 2 of 256).
 //
 //   build/bench_attention [-t 2] [-r 20] [-d 1024,16384,65536] [-p 2048] [-s 12:4x64,...] [-b 16]
-//                         [-T] [-o] [-c]
+//                         [-e MB] [-T] [-o] [-c]
 //
 // -s replaces the shapes (query heads:KV heads x head_dim), -b sets the tokens per page, -T lays
 // pages out token-major (each token's row of all KV heads together, as training's views), -o
@@ -16,7 +16,11 @@
 // the table at one of 4 pages, which stay in L2: the same arithmetic over the same number of keys
 // without the memory traffic, so a cold run against a hot one separates the kernel's arithmetic
 // from its waiting on memory (the read floor stays the cold read of the whole buffer; at larger
-// -b the 4 pages may outgrow L2). -p 0 skips the prefill table.
+// -b the 4 pages may outgrow L2). -e reads MB megabytes of another buffer, untimed, before every
+// timed call of the kernel and of the read floor, as a decode step's weights pass between its
+// attention layers: without it a last-level cache keeps part of a KV of 16-128 MB between calls,
+// which favours the plain read (its floor then runs above the memory's speed). -p 0 skips the
+// prefill table.
 //
 // Prints microseconds per call (the best of -r after a warm-up), the GB/s of K and V read, the
 // ratio to the read floor, and the nanoseconds per key and query head on each thread. Speed only:
@@ -43,10 +47,13 @@ using hybridlm::KernelContext;
 using hybridlm::PagedKv;
 using hybridlm::ThreadPool;
 
-double best_us(int reps, const std::function<void()>& fn) {
+// The best time of fn over reps calls after a warm-up; `before` runs untimed ahead of each.
+double best_us(int reps, const std::function<void()>& before, const std::function<void()>& fn) {
+  before();
   fn();
   double best = 1e30;
   for (int r = 0; r < reps; ++r) {
+    before();
     const auto t0 = std::chrono::steady_clock::now();
     fn();
     best = std::min(best, std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
@@ -127,10 +134,10 @@ std::vector<int> parse_list(const std::string& s) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int threads = 2, reps = 20, block = 16;
+  int threads = 2, reps = 20, block = 16, evict_mb = 0;
   bool hot = false, head_regions = true, in_order = false;
   std::string depths = "1024,4096,16384,65536", prompts = "2048", shape_list;
-  for (int c; (c = getopt(argc, argv, "t:r:d:p:s:b:Toc")) != -1;) {
+  for (int c; (c = getopt(argc, argv, "t:r:d:p:s:b:e:Toc")) != -1;) {
     if (c == 't') threads = std::atoi(optarg);
     else if (c == 'r') reps = std::atoi(optarg);
     else if (c == 'd') depths = optarg;
@@ -140,10 +147,11 @@ int main(int argc, char** argv) {
     else if (c == 'o') in_order = true;
     else if (c == 's') shape_list = optarg;
     else if (c == 'b') block = std::max(1, std::atoi(optarg));
+    else if (c == 'e') evict_mb = std::max(0, std::atoi(optarg));
     else {
       std::fprintf(stderr,
                    "usage: %s [-t threads] [-r reps] [-d depth,...] [-p prompt,...] [-s H:KVxHD,...] [-b block] "
-                   "[-T] [-o] [-c]\n",
+                   "[-e MB] [-T] [-o] [-c]\n",
                    argv[0]);
       return 2;
     }
@@ -174,6 +182,16 @@ int main(int argc, char** argv) {
   std::mt19937 rng(7);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   std::vector<float> sink(256);
+  // -e: a buffer read (untimed) before every timed call, as a decode step's weights pass between
+  // its attention layers, so neither the kernel nor the read floor finds its bytes in a cache.
+  std::vector<uint16_t, hybridlm::HugePageAllocator<uint16_t>> evict_buf(static_cast<size_t>(evict_mb) << 19, 1);
+  const auto evict = [&] {
+    const size_t half = evict_buf.size() / 64;  // blocks of 32 elements in each half
+    pool.parallel_for(half, [&](size_t b, size_t e) {
+      sink[b % sink.size()] += read_blocks(evict_buf.data(), evict_buf.data() + 32 * half, b, e);
+    });
+  };
+  const auto no_evict = [] {};
   std::printf("Decode: one query over D keys, pages of %d tokens, %s, %s%s\n\n", block,
               head_regions ? "each KV head its own region" : "token-major", in_order ? "in order" : "shuffled",
               hot ? " (hot: every page one of 4, in L2)" : "");
@@ -185,11 +203,11 @@ int main(int argc, char** argv) {
       Pages pg(D, s.kv_heads, s.hd, block, head_regions, in_order, rng, hot);
       std::vector<float> q(static_cast<size_t>(s.heads) * s.hd), out(q.size());
       for (float& x : q) x = 0.1f * nd(rng);
-      const double us = best_us(reps, [&] {
+      const double us = best_us(reps, evict, [&] {
         hybridlm::cpu::attention(ctx, q.data(), s.heads * s.hd, pg.kv, D - 1, 1, s.heads, 0.125f, out.data());
       });
       const size_t bytes = 2 * static_cast<size_t>(D) * s.kv_heads * s.hd * 2;
-      const double floor_us = best_us(reps, [&] {
+      const double floor_us = best_us(reps, evict, [&] {
         pool.parallel_for(pg.elems / 32, [&](size_t b, size_t e) {
           sink[b % sink.size()] += read_blocks(pg.k.data(), pg.v.data(), b, e);
         });
@@ -208,7 +226,7 @@ int main(int argc, char** argv) {
       Pages pg(P, s.kv_heads, s.hd, block, head_regions, in_order, rng, hot);
       std::vector<float> q(static_cast<size_t>(P) * s.heads * s.hd), out(q.size());
       for (float& x : q) x = 0.1f * nd(rng);
-      const double us = best_us(std::max(1, reps / 10), [&] {
+      const double us = best_us(std::max(1, reps / 10), no_evict, [&] {
         hybridlm::cpu::attention(ctx, q.data(), s.heads * s.hd, pg.kv, 0, P, s.heads, 0.125f, out.data());
       });
       const double flops = 4.0 * s.hd * s.heads * (static_cast<double>(P) * (P + 1) / 2);
