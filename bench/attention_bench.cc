@@ -19,8 +19,8 @@
 // -b the 4 pages may outgrow L2). -e reads MB megabytes of another buffer, untimed, before every
 // timed call of the kernel and of the read floor, as a decode step's weights pass between its
 // attention layers: without it a last-level cache keeps part of a KV of 16-128 MB between calls,
-// which favours the plain read (its floor then runs above the memory's speed). -p 0 skips the
-// prefill table.
+// which favours the plain read (its floor then runs above the memory's speed); with -c it would
+// evict the hot pages too. -p 0 skips the prefill table.
 //
 // Prints microseconds per call (the best of -r after a warm-up), the GB/s of K and V read, the
 // ratio to the read floor, and the nanoseconds per key and query head on each thread. Speed only:
