@@ -372,9 +372,9 @@ void gemm_lanes_avx512(const KernelContext& ctx, const WeightView& W, const floa
         // block to block: each block's weights come from memory once and from L2 for the other
         // tiles, and the second tile prefetches the next block (or, at the last, the next panel):
         // 1.06-1.10x at 24-48 tokens on 4096 columns; within 5% either way on 1536-2048, so not
-        // there. A lone
-        // tile on its panel (2 to 12 sequences decoding together) prefetches the next panel itself:
-        // 1.16-1.42x; one token (decode of one sequence) leaves it to the hardware, as fast.
+        // there. A lone tile on its panel (2 to 12 sequences decoding together) prefetches the
+        // next panel itself: 1.16-1.42x; one token (decode of one sequence) leaves it to the
+        // hardware, as fast.
         const int n_run = i_end - i_begin;
         const bool blocked = KS >= kBlockMinChunks && n_run >= 2 && n_run <= kBlockedTiles;
         for (int j0 = 0; j0 < KS; j0 += blocked ? kBlockChunks : KS) {
